@@ -1,1 +1,15 @@
-//! dspark engine.
+//! dspark engine: models over a backend seam, tokenizer and chat templates, sampling, and
+//! baseline and speculative generation. Knows nothing about HTTP.
+
+pub mod backend;
+pub mod error;
+pub mod generate;
+pub mod kv;
+pub mod model;
+pub mod sampling;
+pub mod weights;
+
+pub use error::EngineError;
+pub mod chat_template;
+pub mod detok;
+pub mod tokenizer;

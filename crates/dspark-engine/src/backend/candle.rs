@@ -1,0 +1,360 @@
+//! [`Backend`] on candle: CPU here, CUDA with the `cuda` feature. Quantized GGUF weights can
+//! stay quantized (candle's `QMatMul`) or be dequantized; MLX-quantized weights are
+//! dequantized on load.
+
+use std::sync::Arc;
+
+use candle_core::quantized::{GgmlDType, QMatMul};
+use candle_core::{DType as CDType, Device, Module, Tensor, D};
+
+use super::{AttnMask, BResult, Backend, BackendError, DType, RopeSpec, RopeStyle};
+use crate::weights::HostTensor;
+
+fn err(e: candle_core::Error) -> BackendError {
+    BackendError { backend: "candle", message: e.to_string() }
+}
+
+fn cdtype(d: DType) -> CDType {
+    match d {
+        DType::F32 => CDType::F32,
+        DType::F16 => CDType::F16,
+        DType::BF16 => CDType::BF16,
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct CandleBackend {
+    device: Device,
+    dtype: DType,
+    /// Keep GGUF block-quantized weights quantized (CPU `QMatMul`) instead of dequantizing.
+    keep_quantized: bool,
+}
+
+impl CandleBackend {
+    pub fn cpu() -> Self {
+        CandleBackend { device: Device::Cpu, dtype: DType::F32, keep_quantized: false }
+    }
+
+    /// `cuda:N` with the `cuda` feature, else an error.
+    pub fn cuda(ordinal: usize) -> BResult<Self> {
+        let device = Device::new_cuda(ordinal).map_err(err)?;
+        Ok(CandleBackend { device, dtype: DType::BF16, keep_quantized: false })
+    }
+
+    pub fn with_dtype(mut self, dtype: DType) -> Self {
+        self.dtype = dtype;
+        self
+    }
+
+    pub fn keep_quantized(mut self, keep: bool) -> Self {
+        self.keep_quantized = keep;
+        self
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn dense_f32_host(&self, host: &HostTensor) -> BResult<Tensor> {
+        match host {
+            HostTensor::Dense { shape, dtype, bytes } => {
+                Tensor::from_raw_buffer(bytes, cdtype(*dtype), shape, &Device::Cpu).map_err(err)
+            }
+            HostTensor::Ggml(q) => q.dequantize(&Device::Cpu).map_err(err),
+            HostTensor::MlxQuant(m) => {
+                let v = m.dequantize();
+                Tensor::from_vec(v, (m.out_features, m.in_features), &Device::Cpu).map_err(err)
+            }
+        }
+    }
+
+    fn mask_tensor(&self, mask: AttnMask, lq: usize, lk: usize, rep: usize) -> BResult<Option<Tensor>> {
+        let allowed = |i: usize, j: usize| -> bool {
+            match mask {
+                AttnMask::None => true,
+                AttnMask::Causal { offset } => j <= offset + i,
+                AttnMask::SlidingCausal { offset, window } => {
+                    let p = offset + i;
+                    j <= p && j + window > p
+                }
+            }
+        };
+        if (0..lq).all(|i| (0..lk).all(|j| allowed(i, j))) {
+            return Ok(None);
+        }
+        let mut m = Vec::with_capacity(rep * lq * lk);
+        for _ in 0..rep {
+            for i in 0..lq {
+                for j in 0..lk {
+                    m.push(if allowed(i, j) { 0f32 } else { f32::NEG_INFINITY });
+                }
+            }
+        }
+        Tensor::from_vec(m, (rep * lq, lk), &self.device).map(Some).map_err(err)
+    }
+}
+
+pub enum CandleLinear {
+    Dense(Tensor),
+    Quant(QMatMul),
+}
+
+pub struct CandleRope {
+    cos: Tensor,
+    sin: Tensor,
+    style: RopeStyle,
+    max: usize,
+}
+
+impl Backend for CandleBackend {
+    type Tensor = Tensor;
+    type Linear = CandleLinear;
+    type Rope = CandleRope;
+
+    fn name(&self) -> &'static str {
+        "candle"
+    }
+
+    fn device_label(&self) -> String {
+        match &self.device {
+            Device::Cpu => "cpu".into(),
+            Device::Cuda(_) => "cuda".into(),
+            Device::Metal(_) => "metal".into(),
+        }
+    }
+
+    fn compute_dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn tensor(&self, host: &HostTensor) -> BResult<Tensor> {
+        self.dense_f32_host(host)?
+            .to_dtype(cdtype(self.dtype))
+            .and_then(|t| t.to_device(&self.device))
+            .map_err(err)
+    }
+
+    fn linear(&self, host: &HostTensor) -> BResult<CandleLinear> {
+        if let HostTensor::Ggml(q) = host {
+            let quantized = !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+            if self.keep_quantized && quantized && self.device.is_cpu() && self.dtype == DType::F32 {
+                return QMatMul::from_arc(Arc::clone(q)).map(CandleLinear::Quant).map_err(err);
+            }
+        }
+        self.tensor(host).map(CandleLinear::Dense)
+    }
+
+    fn linear_from_tensor(&self, t: &Tensor) -> BResult<CandleLinear> {
+        Ok(CandleLinear::Dense(t.clone()))
+    }
+
+    fn from_f32(&self, data: &[f32], shape: &[usize]) -> BResult<Tensor> {
+        Tensor::from_slice(data, shape, &self.device)
+            .and_then(|t| t.to_dtype(cdtype(self.dtype)))
+            .map_err(err)
+    }
+
+    fn from_u32(&self, data: &[u32], shape: &[usize]) -> BResult<Tensor> {
+        Tensor::from_slice(data, shape, &self.device).map_err(err)
+    }
+
+    fn zeros(&self, shape: &[usize]) -> BResult<Tensor> {
+        Tensor::zeros(shape, cdtype(self.dtype), &self.device).map_err(err)
+    }
+
+    fn to_f32_vec(&self, t: &Tensor) -> BResult<Vec<f32>> {
+        t.to_dtype(CDType::F32).and_then(|t| t.flatten_all()?.to_vec1::<f32>()).map_err(err)
+    }
+
+    fn to_u32_vec(&self, t: &Tensor) -> BResult<Vec<u32>> {
+        t.to_dtype(CDType::U32).and_then(|t| t.flatten_all()?.to_vec1::<u32>()).map_err(err)
+    }
+
+    fn eval(&self, _ts: &[&Tensor]) -> BResult<()> {
+        // candle is eager; on CUDA a synchronize makes timings honest
+        self.device.synchronize().map_err(err)
+    }
+
+    fn dims(&self, t: &Tensor) -> Vec<usize> {
+        t.dims().to_vec()
+    }
+
+    fn to_dtype(&self, t: &Tensor, dtype: DType) -> BResult<Tensor> {
+        t.to_dtype(cdtype(dtype)).map_err(err)
+    }
+
+    fn matmul(&self, x: &Tensor, w: &CandleLinear) -> BResult<Tensor> {
+        match w {
+            CandleLinear::Quant(q) => {
+                let xin = x.to_dtype(CDType::F32).map_err(err)?;
+                q.forward(&xin).and_then(|y| y.to_dtype(x.dtype())).map_err(err)
+            }
+            CandleLinear::Dense(w) => {
+                let dims = x.dims().to_vec();
+                let k = *dims.last().ok_or_else(|| err(candle_core::Error::Msg("matmul on a scalar".into())))?;
+                let rows: usize = dims[..dims.len() - 1].iter().product();
+                let out = w.dim(0).map_err(err)?;
+                let y = x
+                    .reshape((rows, k))
+                    .and_then(|x2| x2.matmul(&w.t()?))
+                    .map_err(err)?;
+                let mut od = dims;
+                *od.last_mut().unwrap() = out;
+                y.reshape(od).map_err(err)
+            }
+        }
+    }
+
+    fn embedding(&self, table: &Tensor, ids: &Tensor) -> BResult<Tensor> {
+        let mut dims = ids.dims().to_vec();
+        dims.push(table.dim(1).map_err(err)?);
+        let n = ids.elem_count();
+        let vocab = table.dim(0).map_err(err)?;
+        // bounds-check on the host: an id past the table is an error, not garbage
+        let host = ids.flatten_all().and_then(|t| t.to_vec1::<u32>()).map_err(err)?;
+        if let Some(bad) = host.iter().find(|&&i| i as usize >= vocab) {
+            return Err(err(candle_core::Error::Msg(format!(
+                "token id {bad} is outside the vocabulary of {vocab}"
+            ))));
+        }
+        let _ = n;
+        table.index_select(&ids.flatten_all().map_err(err)?, 0).and_then(|t| t.reshape(dims)).map_err(err)
+    }
+
+    fn rms_norm(&self, x: &Tensor, w: &Tensor, eps: f32) -> BResult<Tensor> {
+        let x = x.contiguous().map_err(err)?;
+        candle_nn::ops::rms_norm(&x, w, eps).map_err(err)
+    }
+
+    fn rope_prepare(&self, spec: &RopeSpec, max_positions: usize) -> BResult<CandleRope> {
+        let half = spec.inv_freq.len();
+        let mut cos = Vec::with_capacity(max_positions * half);
+        let mut sin = Vec::with_capacity(max_positions * half);
+        for p in 0..max_positions {
+            for &f in &spec.inv_freq {
+                let a = p as f64 * f as f64;
+                cos.push(a.cos() as f32);
+                sin.push(a.sin() as f32);
+            }
+        }
+        let mk = |v: Vec<f32>| {
+            Tensor::from_vec(v, (max_positions, half), &self.device)
+                .and_then(|t| t.to_dtype(cdtype(self.dtype)))
+                .map_err(err)
+        };
+        Ok(CandleRope { cos: mk(cos)?, sin: mk(sin)?, style: spec.style, max: max_positions })
+    }
+
+    fn rope(&self, x: &Tensor, rope: &CandleRope, start: usize) -> BResult<Tensor> {
+        let l = x.dim(2).map_err(err)?;
+        if start + l > rope.max {
+            return Err(err(candle_core::Error::Msg(format!(
+                "position {} is past the RoPE table of {} positions",
+                start + l,
+                rope.max
+            ))));
+        }
+        let cos = rope.cos.narrow(0, start, l).map_err(err)?;
+        let sin = rope.sin.narrow(0, start, l).map_err(err)?;
+        let x = x.contiguous().map_err(err)?;
+        match rope.style {
+            RopeStyle::Half => candle_nn::rotary_emb::rope(&x, &cos, &sin),
+            RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&x, &cos, &sin),
+        }
+        .map_err(err)
+    }
+
+    fn attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: AttnMask, scale: f32) -> BResult<Tensor> {
+        let (b, hq, lq, d) = q.dims4().map_err(err)?;
+        let (_, hkv, lk, _) = k.dims4().map_err(err)?;
+        if hkv == 0 || hq % hkv != 0 {
+            return Err(err(candle_core::Error::Msg(format!("{hq} query heads vs {hkv} kv heads"))));
+        }
+        let rep = hq / hkv;
+        // group query heads onto their kv head: [b, hkv, rep*lq, d]
+        let qg = q.contiguous().and_then(|q| q.reshape((b, hkv, rep * lq, d))).map_err(err)?;
+        let k = k.contiguous().map_err(err)?;
+        let v = v.contiguous().map_err(err)?;
+        let mut scores = qg
+            .matmul(&k.t().map_err(err)?)
+            .and_then(|s| s.to_dtype(CDType::F32))
+            .and_then(|s| s * scale as f64)
+            .map_err(err)?;
+        if let Some(m) = self.mask_tensor(mask, lq, lk, rep)? {
+            scores = scores.broadcast_add(&m).map_err(err)?;
+        }
+        let probs = candle_nn::ops::softmax_last_dim(&scores)
+            .and_then(|p| p.to_dtype(v.dtype()))
+            .map_err(err)?;
+        probs.matmul(&v).and_then(|o| o.reshape((b, hq, lq, d))).map_err(err)
+    }
+
+    fn silu(&self, x: &Tensor) -> BResult<Tensor> {
+        x.silu().map_err(err)
+    }
+
+    fn gelu_tanh(&self, x: &Tensor) -> BResult<Tensor> {
+        x.gelu().map_err(err)
+    }
+
+    fn sigmoid(&self, x: &Tensor) -> BResult<Tensor> {
+        candle_nn::ops::sigmoid(x).map_err(err)
+    }
+
+    fn mul(&self, a: &Tensor, b: &Tensor) -> BResult<Tensor> {
+        a.broadcast_mul(b).map_err(err)
+    }
+
+    fn add(&self, a: &Tensor, b: &Tensor) -> BResult<Tensor> {
+        a.broadcast_add(b).map_err(err)
+    }
+
+    fn scale(&self, x: &Tensor, s: f32) -> BResult<Tensor> {
+        (x * s as f64).map_err(err)
+    }
+
+    fn softcap(&self, x: &Tensor, cap: f32) -> BResult<Tensor> {
+        ((x / cap as f64).and_then(|t| t.tanh()).and_then(|t| t * cap as f64)).map_err(err)
+    }
+
+    fn softmax_last(&self, x: &Tensor) -> BResult<Tensor> {
+        candle_nn::ops::softmax_last_dim(&x.contiguous().map_err(err)?).map_err(err)
+    }
+
+    fn argmax_last(&self, x: &Tensor) -> BResult<Tensor> {
+        x.argmax(D::Minus1).map_err(err)
+    }
+
+    fn topk_last(&self, x: &Tensor, k: usize) -> BResult<(Tensor, Tensor)> {
+        let idx = x
+            .contiguous()
+            .and_then(|x| x.arg_sort_last_dim(false))
+            .and_then(|i| i.narrow(D::Minus1, 0, k))
+            .and_then(|i| i.contiguous())
+            .map_err(err)?;
+        let vals = x.contiguous().and_then(|x| x.gather(&idx, D::Minus1)).map_err(err)?;
+        Ok((vals, idx))
+    }
+
+    fn concat(&self, ts: &[&Tensor], dim: usize) -> BResult<Tensor> {
+        Tensor::cat(ts, dim).map_err(err)
+    }
+
+    fn narrow(&self, t: &Tensor, dim: usize, start: usize, len: usize) -> BResult<Tensor> {
+        t.narrow(dim, start, len).map_err(err)
+    }
+
+    fn reshape(&self, t: &Tensor, shape: &[usize]) -> BResult<Tensor> {
+        t.reshape(shape).map_err(err)
+    }
+
+    fn transpose(&self, t: &Tensor, d1: usize, d2: usize) -> BResult<Tensor> {
+        t.transpose(d1, d2).map_err(err)
+    }
+
+    fn slice_update(&self, dst: &Tensor, src: &Tensor, dim: usize, offset: usize) -> BResult<Tensor> {
+        let src = src.contiguous().map_err(err)?;
+        dst.slice_set(&src, dim, offset).map_err(err)?;
+        Ok(dst.clone())
+    }
+}

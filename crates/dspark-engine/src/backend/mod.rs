@@ -1,0 +1,166 @@
+//! The tensor-operations seam. Every model is written once over [`Backend`]; a backend
+//! (candle here, MLX behind a feature) supplies the math on its own tensor type.
+//!
+//! Invariants: all tensors of one backend live on the engine worker thread; host data only
+//! crosses the seam at explicit evaluation points (`to_f32_vec`, `to_u32_vec`, `eval`), so a
+//! lazy backend (MLX) can build a whole forward graph before computing it.
+
+pub mod candle;
+
+use crate::weights::HostTensor;
+
+/// Element type of tensors inside a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+}
+
+impl DType {
+    pub fn size_in_bytes(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::BF16 => 2,
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" | "float32" => Some(DType::F32),
+            "f16" | "float16" => Some(DType::F16),
+            "bf16" | "bfloat16" => Some(DType::BF16),
+            _ => None,
+        }
+    }
+}
+
+/// A failure inside a backend's tensor math or device handling.
+#[derive(thiserror::Error, Debug)]
+#[error("{backend} backend: {message}")]
+pub struct BackendError {
+    pub backend: &'static str,
+    pub message: String,
+}
+
+pub type BResult<T> = std::result::Result<T, BackendError>;
+
+/// Attention masking for [`Backend::attention`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttnMask {
+    /// Every query sees every key (drafter blocks).
+    None,
+    /// Query i (absolute position `offset + i`) sees keys `0..=offset + i`.
+    Causal { offset: usize },
+    /// Causal with a sliding window: query at p sees keys in `(p - window, p]`.
+    SlidingCausal { offset: usize, window: usize },
+}
+
+/// How rotary embeddings pair the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// HF "rotate half": dim i pairs with dim i + d/2.
+    Half,
+    /// Adjacent pairs (2i, 2i+1): llama.cpp's layout for GGUF llama weights.
+    Interleaved,
+}
+
+/// Rotary embedding frequencies; `inv_freq.len() == head_dim / 2`.
+#[derive(Clone, Debug)]
+pub struct RopeSpec {
+    pub inv_freq: Vec<f32>,
+    pub style: RopeStyle,
+}
+
+impl RopeSpec {
+    pub fn default_theta(theta: f64, head_dim: usize, style: RopeStyle) -> Self {
+        let inv_freq = (0..head_dim / 2)
+            .map(|i| (1.0 / theta.powf(2.0 * i as f64 / head_dim as f64)) as f32)
+            .collect();
+        RopeSpec { inv_freq, style }
+    }
+}
+
+/// The operations the models need. Shapes follow `[batch, heads, seq, head_dim]` for attention
+/// inputs and `[.., features]` elsewhere. Implementations must not panic on bad shapes: they
+/// return a [`BackendError`].
+pub trait Backend: Clone + Send + 'static {
+    type Tensor: Clone + Send;
+    /// A weight for `x @ w^T`: dense or quantized, in the backend's preferred layout.
+    type Linear: Send;
+    /// Prepared rotary tables (or frequencies) for one [`RopeSpec`].
+    type Rope: Send;
+
+    fn name(&self) -> &'static str;
+    fn device_label(&self) -> String;
+    /// Activation dtype used by models on this backend.
+    fn compute_dtype(&self) -> DType;
+
+    // ---- host <-> backend ----
+    /// A dense tensor from host weights (quantized host weights are dequantized).
+    fn tensor(&self, host: &HostTensor) -> BResult<Self::Tensor>;
+    /// A matmul weight; quantized host weights may stay quantized.
+    fn linear(&self, host: &HostTensor) -> BResult<Self::Linear>;
+    /// A dense matmul weight from an existing `[out, in]` tensor (tied embeddings).
+    fn linear_from_tensor(&self, t: &Self::Tensor) -> BResult<Self::Linear>;
+    fn from_f32(&self, data: &[f32], shape: &[usize]) -> BResult<Self::Tensor>;
+    fn from_u32(&self, data: &[u32], shape: &[usize]) -> BResult<Self::Tensor>;
+    fn zeros(&self, shape: &[usize]) -> BResult<Self::Tensor>;
+    /// Evaluation point: copies to host as f32.
+    fn to_f32_vec(&self, t: &Self::Tensor) -> BResult<Vec<f32>>;
+    /// Evaluation point: copies an integer tensor to host.
+    fn to_u32_vec(&self, t: &Self::Tensor) -> BResult<Vec<u32>>;
+    /// Evaluation point with no copy: forces pending work (no-op on eager backends).
+    fn eval(&self, ts: &[&Self::Tensor]) -> BResult<()>;
+    fn dims(&self, t: &Self::Tensor) -> Vec<usize>;
+    fn to_dtype(&self, t: &Self::Tensor, dtype: DType) -> BResult<Self::Tensor>;
+
+    // ---- math ----
+    /// `x[.., in] @ w^T -> [.., out]`.
+    fn matmul(&self, x: &Self::Tensor, w: &Self::Linear) -> BResult<Self::Tensor>;
+    /// Rows of `table[V, H]` picked by `ids` (u32) -> `[ids.., H]`.
+    fn embedding(&self, table: &Self::Tensor, ids: &Self::Tensor) -> BResult<Self::Tensor>;
+    fn rms_norm(&self, x: &Self::Tensor, w: &Self::Tensor, eps: f32) -> BResult<Self::Tensor>;
+    fn rope_prepare(&self, spec: &RopeSpec, max_positions: usize) -> BResult<Self::Rope>;
+    /// Rotates `x[b, h, L, d]` for absolute positions `start..start + L`.
+    fn rope(&self, x: &Self::Tensor, rope: &Self::Rope, start: usize) -> BResult<Self::Tensor>;
+    /// Scaled dot-product attention with grouped-query heads (`hq % hkv == 0`).
+    fn attention(
+        &self,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        mask: AttnMask,
+        scale: f32,
+    ) -> BResult<Self::Tensor>;
+    fn silu(&self, x: &Self::Tensor) -> BResult<Self::Tensor>;
+    fn gelu_tanh(&self, x: &Self::Tensor) -> BResult<Self::Tensor>;
+    fn sigmoid(&self, x: &Self::Tensor) -> BResult<Self::Tensor>;
+    fn mul(&self, a: &Self::Tensor, b: &Self::Tensor) -> BResult<Self::Tensor>;
+    fn add(&self, a: &Self::Tensor, b: &Self::Tensor) -> BResult<Self::Tensor>;
+    /// `x * s` for a scalar `s`.
+    fn scale(&self, x: &Self::Tensor, s: f32) -> BResult<Self::Tensor>;
+    /// `cap * tanh(x / cap)` (logit soft-capping).
+    fn softcap(&self, x: &Self::Tensor, cap: f32) -> BResult<Self::Tensor>;
+    fn softmax_last(&self, x: &Self::Tensor) -> BResult<Self::Tensor>;
+    /// Index of the largest value along the last axis (u32), first index on ties.
+    fn argmax_last(&self, x: &Self::Tensor) -> BResult<Self::Tensor>;
+    /// The `k` largest values along the last axis and their indices, descending.
+    fn topk_last(&self, x: &Self::Tensor, k: usize) -> BResult<(Self::Tensor, Self::Tensor)>;
+
+    // ---- shape ----
+    fn concat(&self, ts: &[&Self::Tensor], dim: usize) -> BResult<Self::Tensor>;
+    fn narrow(&self, t: &Self::Tensor, dim: usize, start: usize, len: usize)
+        -> BResult<Self::Tensor>;
+    fn reshape(&self, t: &Self::Tensor, shape: &[usize]) -> BResult<Self::Tensor>;
+    fn transpose(&self, t: &Self::Tensor, d1: usize, d2: usize) -> BResult<Self::Tensor>;
+    /// `dst` with `src` written at `offset` along `dim`. May update `dst` in place; callers
+    /// must use the returned tensor.
+    fn slice_update(
+        &self,
+        dst: &Self::Tensor,
+        src: &Self::Tensor,
+        dim: usize,
+        offset: usize,
+    ) -> BResult<Self::Tensor>;
+}

@@ -1,0 +1,154 @@
+//! The target model: Qwen3 / Qwen2 / Llama decoder written once over the backend seam.
+//! A forward over L new tokens returns logits for every position (or only the last) and the
+//! concatenated outputs of tapped layers (layer i's output = HF `hidden_states[i + 1]`).
+
+use crate::backend::{AttnMask, BResult, Backend};
+use crate::kv::KvCache;
+use crate::model::config::TransformerConfig;
+use crate::model::layer::{linear, tensor, DecoderLayer, LayerShape};
+use crate::weights::{LoadError, WeightSource};
+
+/// Which positions of a forward need logits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogitsWanted {
+    All,
+    Last,
+    None,
+}
+
+pub struct ForwardOut<B: Backend> {
+    /// `[rows, vocab]`: all L rows, the last row, or zero rows.
+    pub logits: Option<B::Tensor>,
+    /// `[L, taps.len() * hidden]`, when taps were asked for.
+    pub taps: Option<B::Tensor>,
+}
+
+pub struct Transformer<B: Backend> {
+    pub cfg: TransformerConfig,
+    backend: B,
+    embed: B::Tensor,
+    layers: Vec<DecoderLayer<B>>,
+    norm: B::Tensor,
+    lm_head: B::Linear,
+    rope: B::Rope,
+}
+
+impl<B: Backend> Transformer<B> {
+    pub fn load(backend: &B, cfg: TransformerConfig, src: &dyn WeightSource) -> Result<Self, LoadError> {
+        let b = backend;
+        let (v, h) = (cfg.vocab_size, cfg.hidden_size);
+        let embed_host = src.get_shaped("model.embed_tokens.weight", &[v, h])?;
+        let embed = b
+            .tensor(&embed_host)
+            .map_err(|e| crate::model::layer::load_err(src, "model.embed_tokens.weight", e))?;
+        let lm_head = if cfg.tie_word_embeddings || !src.contains("lm_head.weight") {
+            b.linear(&embed_host)
+                .map_err(|e| crate::model::layer::load_err(src, "model.embed_tokens.weight", e))?
+        } else {
+            linear(b, src, "lm_head.weight", &[v, h])?
+        };
+        let shape = LayerShape {
+            hidden: h,
+            intermediate: cfg.intermediate_size,
+            heads: cfg.num_heads,
+            kv_heads: cfg.num_kv_heads,
+            head_dim: cfg.head_dim,
+            eps: cfg.rms_norm_eps,
+            qk_norm: cfg.qk_norm,
+            qkv_bias: cfg.qkv_bias,
+        };
+        let layers = (0..cfg.num_layers)
+            .map(|i| DecoderLayer::load(b, src, &format!("model.layers.{i}"), shape))
+            .collect::<Result<Vec<_>, _>>()?;
+        let norm = tensor(b, src, "model.norm.weight", &[h])?;
+        let rope = b
+            .rope_prepare(&cfg.rope_spec(), cfg.max_position_embeddings)
+            .map_err(|e| crate::model::layer::load_err(src, "rope", e))?;
+        Ok(Transformer { cfg, backend: b.clone(), embed, layers, norm, lm_head, rope })
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    pub fn new_cache(&self) -> KvCache<B> {
+        KvCache::new(self.cfg.num_layers, self.cfg.max_position_embeddings)
+    }
+
+    /// Token embeddings `[1, L, H]` (shared with DFlash drafters).
+    pub fn embed(&self, ids: &[u32]) -> BResult<B::Tensor> {
+        let b = &self.backend;
+        let t = b.from_u32(ids, &[1, ids.len()])?;
+        b.embedding(&self.embed, &t)
+    }
+
+    /// Raw hidden states `[.., H]` -> logits through the final norm and the LM head.
+    pub fn head(&self, h: &B::Tensor) -> BResult<B::Tensor> {
+        let b = &self.backend;
+        let hn = b.rms_norm(h, &self.norm, self.cfg.rms_norm_eps)?;
+        b.matmul(&hn, &self.lm_head)
+    }
+
+    /// Applies the LM head alone (no final norm), for drafters that norm with their own weights.
+    pub fn lm_head(&self, hn: &B::Tensor) -> BResult<B::Tensor> {
+        self.backend.matmul(hn, &self.lm_head)
+    }
+
+    /// Runs `ids` at positions `cache.len()..` and commits them to the cache.
+    pub fn forward(
+        &self,
+        ids: &[u32],
+        cache: &mut KvCache<B>,
+        taps: &[usize],
+        want: LogitsWanted,
+    ) -> BResult<ForwardOut<B>> {
+        let b = &self.backend;
+        let l = ids.len();
+        if l == 0 {
+            return Err(crate::backend::BackendError {
+                backend: b.name(),
+                message: "forward called with no tokens".into(),
+            });
+        }
+        let start = cache.len();
+        let mut x = self.embed(ids)?;
+        let mut tapped = Vec::with_capacity(taps.len());
+        for (i, layer) in self.layers.iter().enumerate() {
+            let xn = layer.input_norm(b, &x)?;
+            let q = layer.queries(b, &xn, &self.rope, start)?;
+            let (k, v) = layer.keys_values(b, &xn, &self.rope, start)?;
+            let (ka, va) = cache.append(b, i, &k, &v)?;
+            let a = layer.attend(b, &q, &ka, &va, AttnMask::Causal { offset: start })?;
+            let h = b.add(&x, &a)?;
+            x = layer.mlp_residual(b, &h)?;
+            if taps.contains(&i) {
+                tapped.push((i, x.clone()));
+            }
+        }
+        cache.advance(l);
+        let taps_out = if taps.is_empty() {
+            None
+        } else {
+            // concatenate in the order the caller listed the taps
+            let ordered: Vec<&B::Tensor> = taps
+                .iter()
+                .filter_map(|t| tapped.iter().find(|(i, _)| i == t).map(|(_, x)| x))
+                .collect();
+            let cat = b.concat(&ordered, 2)?;
+            Some(b.reshape(&cat, &[l, ordered.len() * self.cfg.hidden_size])?)
+        };
+        let logits = match want {
+            LogitsWanted::None => None,
+            LogitsWanted::All => {
+                let lg = self.head(&x)?;
+                Some(b.reshape(&lg, &[l, self.cfg.vocab_size])?)
+            }
+            LogitsWanted::Last => {
+                let last = b.narrow(&x, 1, l - 1, 1)?;
+                let lg = self.head(&last)?;
+                Some(b.reshape(&lg, &[1, self.cfg.vocab_size])?)
+            }
+        };
+        Ok(ForwardOut { logits, taps: taps_out })
+    }
+}

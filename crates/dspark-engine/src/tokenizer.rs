@@ -1,0 +1,723 @@
+//! Text <-> token ids for the engine: wraps a HuggingFace `tokenizers` tokenizer loaded
+//! from a model directory (tokenizer.json + tokenizer_config.json) or rebuilt from GGUF
+//! tokenizer metadata, and carries the eos id set and the model's chat template.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value as Json;
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::{AddedToken, SplitDelimiterBehavior};
+
+use crate::chat_template::{ChatTemplate, TemplateError};
+
+/// Token strings that end generation for common chat models, when the vocab has them.
+const EOS_CANDIDATES: [&str; 5] = [
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<end_of_turn>",
+    "<eos>",
+    "<turn|>",
+];
+
+/// Qwen2/Qwen3 split: single digits, letters with one leading non-letter.
+const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Llama-3 split: digits in groups of up to three.
+const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// GGUF `tokenizer.ggml.token_type` values that mark added tokens.
+const TOKEN_TYPE_CONTROL: i32 = 3;
+const TOKEN_TYPE_USER_DEFINED: i32 = 4;
+
+/// Errors from loading or running a tokenizer.
+#[derive(thiserror::Error, Debug)]
+pub enum TokenizerError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot parse {path} as JSON: {source}")]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("cannot load tokenizer from {path}: {message}")]
+    Load { path: PathBuf, message: String },
+    #[error("{file}: field `{field}`: {message}")]
+    Field {
+        file: String,
+        field: String,
+        message: String,
+    },
+    #[error("GGUF tokenizer: {0}")]
+    Gguf(String),
+    #[error("unsupported GGUF tokenizer {what}: {value}")]
+    UnsupportedGguf { what: &'static str, value: String },
+    #[error("chat template from {origin}: {source}")]
+    Template {
+        origin: String,
+        #[source]
+        source: TemplateError,
+    },
+    #[error("encode failed: {0}")]
+    Encode(String),
+    #[error("decode failed: {0}")]
+    Decode(String),
+}
+
+/// `${DSPARK_CACHE:-$HOME/.cache/dspark}/artefacts`: where test and model artefacts live.
+pub fn artefact_dir() -> PathBuf {
+    let base = match std::env::var_os("DSPARK_CACHE") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => {
+            let home = std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_default();
+            home.join(".cache").join("dspark")
+        }
+    };
+    base.join("artefacts")
+}
+
+/// Tokenizer metadata as stored in a GGUF file (`tokenizer.ggml.*`).
+#[derive(Debug, Clone, Default)]
+pub struct GgufTokenizerMeta {
+    /// `tokenizer.ggml.model`: "gpt2" (byte-level BPE) or "llama" (SentencePiece).
+    pub model: String,
+    /// `tokenizer.ggml.pre`: pre-tokenizer flavour ("smollm", "qwen2", "llama-bpe", ...).
+    pub pre: Option<String>,
+    pub tokens: Vec<String>,
+    /// Merges as "a b" strings.
+    pub merges: Vec<String>,
+    pub token_types: Vec<i32>,
+    pub bos_id: Option<u32>,
+    pub eos_id: Option<u32>,
+    pub unk_id: Option<u32>,
+    pub pad_id: Option<u32>,
+    pub add_bos: bool,
+    pub chat_template: Option<String>,
+}
+
+/// Reads the tokenizer metadata out of parsed GGUF content.
+pub fn gguf_tokenizer_meta(
+    content: &candle_core::quantized::gguf_file::Content,
+) -> Result<GgufTokenizerMeta, TokenizerError> {
+    use candle_core::quantized::gguf_file::Value as G;
+    let md = &content.metadata;
+    let err = |key: &str, e: candle_core::Error| TokenizerError::Gguf(format!("`{key}`: {e}"));
+    let string = |key: &str| -> Result<Option<String>, TokenizerError> {
+        md.get(key)
+            .map(|v| v.to_string().cloned().map_err(|e| err(key, e)))
+            .transpose()
+    };
+    let id = |key: &str| -> Result<Option<u32>, TokenizerError> {
+        md.get(key)
+            .map(|v| match v {
+                G::U32(x) => Ok(*x),
+                G::I32(x) => {
+                    u32::try_from(*x).map_err(|e| TokenizerError::Gguf(format!("`{key}`: {e}")))
+                }
+                G::U64(x) => {
+                    u32::try_from(*x).map_err(|e| TokenizerError::Gguf(format!("`{key}`: {e}")))
+                }
+                G::I64(x) => {
+                    u32::try_from(*x).map_err(|e| TokenizerError::Gguf(format!("`{key}`: {e}")))
+                }
+                other => Err(TokenizerError::Gguf(format!(
+                    "`{key}`: not an integer: {other:?}"
+                ))),
+            })
+            .transpose()
+    };
+    let strings = |key: &str| -> Result<Vec<String>, TokenizerError> {
+        match md.get(key) {
+            None => Ok(Vec::new()),
+            Some(v) => v
+                .to_vec()
+                .map_err(|e| err(key, e))?
+                .iter()
+                .map(|s| s.to_string().cloned().map_err(|e| err(key, e)))
+                .collect(),
+        }
+    };
+    let model = string("tokenizer.ggml.model")?
+        .ok_or_else(|| TokenizerError::Gguf("missing `tokenizer.ggml.model`".into()))?;
+    let token_types = match md.get("tokenizer.ggml.token_type") {
+        None => Vec::new(),
+        Some(v) => v
+            .to_vec()
+            .map_err(|e| err("tokenizer.ggml.token_type", e))?
+            .iter()
+            .map(|t| match t {
+                G::I32(x) => Ok(*x),
+                G::U32(x) => Ok(*x as i32),
+                other => Err(TokenizerError::Gguf(format!(
+                    "`tokenizer.ggml.token_type`: not an integer: {other:?}"
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let add_bos = match md.get("tokenizer.ggml.add_bos_token") {
+        Some(G::Bool(b)) => *b,
+        _ => false,
+    };
+    Ok(GgufTokenizerMeta {
+        model,
+        pre: string("tokenizer.ggml.pre")?,
+        tokens: strings("tokenizer.ggml.tokens")?,
+        merges: strings("tokenizer.ggml.merges")?,
+        token_types,
+        bos_id: id("tokenizer.ggml.bos_token_id")?,
+        eos_id: id("tokenizer.ggml.eos_token_id")?,
+        unk_id: id("tokenizer.ggml.unknown_token_id")?,
+        pad_id: id("tokenizer.ggml.padding_token_id")?,
+        add_bos,
+        chat_template: string("tokenizer.chat_template")?,
+    })
+}
+
+/// A loaded tokenizer with its eos set and optional chat template.
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    eos_ids: Vec<u32>,
+    bos_token: Option<String>,
+    eos_token: Option<String>,
+    /// Prepend this id on `encode(.., add_special_tokens=true)` (GGUF `add_bos_token`).
+    prepend_bos: Option<u32>,
+    chat_template: Option<ChatTemplate>,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("vocab_size", &self.vocab_size())
+            .field("eos_ids", &self.eos_ids)
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .field("has_chat_template", &self.chat_template.is_some())
+            .finish()
+    }
+}
+
+fn read_json(path: &Path) -> Result<Json, TokenizerError> {
+    let text = fs::read_to_string(path).map_err(|source| TokenizerError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| TokenizerError::Json {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn read_json_opt(path: &Path) -> Result<Option<Json>, TokenizerError> {
+    if path.is_file() {
+        read_json(path).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+/// A special-token field is either a string or an AddedToken object with `content`.
+fn token_field(cfg: &Json, field: &str) -> Result<Option<String>, TokenizerError> {
+    match cfg.get(field) {
+        None | Some(Json::Null) => Ok(None),
+        Some(Json::String(s)) => Ok(Some(s.clone())),
+        Some(Json::Object(o)) => match o.get("content") {
+            Some(Json::String(s)) => Ok(Some(s.clone())),
+            _ => Err(TokenizerError::Field {
+                file: "tokenizer_config.json".into(),
+                field: field.into(),
+                message: "object without string `content`".into(),
+            }),
+        },
+        Some(other) => Err(TokenizerError::Field {
+            file: "tokenizer_config.json".into(),
+            field: field.into(),
+            message: format!("expected string or object, got {other}"),
+        }),
+    }
+}
+
+/// `eos_token_id` as an int or a list of ints (config.json / generation_config.json).
+fn eos_id_field(cfg: &Json, file: &str) -> Result<Vec<u32>, TokenizerError> {
+    let bad = |v: &Json| TokenizerError::Field {
+        file: file.into(),
+        field: "eos_token_id".into(),
+        message: format!("expected a token id or a list of ids, got {v}"),
+    };
+    let one = |v: &Json| {
+        v.as_u64()
+            .and_then(|x| u32::try_from(x).ok())
+            .ok_or_else(|| bad(v))
+    };
+    match cfg.get("eos_token_id") {
+        None | Some(Json::Null) => Ok(Vec::new()),
+        Some(Json::Array(items)) => items.iter().map(one).collect(),
+        Some(v) => Ok(vec![one(v)?]),
+    }
+}
+
+/// The chat template source from tokenizer_config.json (string or list of named templates).
+fn template_field(cfg: &Json) -> Result<Option<String>, TokenizerError> {
+    let bad = |message: &str| TokenizerError::Field {
+        file: "tokenizer_config.json".into(),
+        field: "chat_template".into(),
+        message: message.into(),
+    };
+    match cfg.get("chat_template") {
+        None | Some(Json::Null) => Ok(None),
+        Some(Json::String(s)) => Ok(Some(s.clone())),
+        Some(Json::Array(items)) => {
+            let named = |name: &str| {
+                items.iter().find_map(|item| {
+                    (item.get("name")?.as_str()? == name)
+                        .then(|| item.get("template")?.as_str().map(str::to_owned))
+                        .flatten()
+                })
+            };
+            let first = || {
+                items
+                    .first()
+                    .and_then(|i| i.get("template")?.as_str().map(str::to_owned))
+            };
+            named("default")
+                .or_else(first)
+                .map(Some)
+                .ok_or_else(|| bad("list without a usable `template` entry"))
+        }
+        Some(_) => Err(bad("expected a string or a list of {name, template}")),
+    }
+}
+
+impl Tokenizer {
+    /// Loads tokenizer.json + tokenizer_config.json (chat_template, eos_token, bos_token) in
+    /// `dir`, plus eos ids from config.json / generation_config.json `eos_token_id` (int or
+    /// list) if present. A chat template may also come from chat_template.jinja or
+    /// chat_template.json.
+    pub fn from_dir(dir: &Path) -> Result<Self, TokenizerError> {
+        let tok_path = dir.join("tokenizer.json");
+        if !tok_path.is_file() {
+            return Err(TokenizerError::Io {
+                path: tok_path,
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "file not found"),
+            });
+        }
+        let inner =
+            tokenizers::Tokenizer::from_file(&tok_path).map_err(|e| TokenizerError::Load {
+                path: tok_path.clone(),
+                message: e.to_string(),
+            })?;
+        let cfg = read_json_opt(&dir.join("tokenizer_config.json"))?.unwrap_or(Json::Null);
+        let bos_token = token_field(&cfg, "bos_token")?;
+        let eos_token = token_field(&cfg, "eos_token")?;
+
+        let mut config_eos = Vec::new();
+        for file in ["config.json", "generation_config.json"] {
+            if let Some(c) = read_json_opt(&dir.join(file))? {
+                config_eos.extend(eos_id_field(&c, file)?);
+            }
+        }
+
+        let mut template_src = template_field(&cfg)?.map(|s| (s, "tokenizer_config.json"));
+        if template_src.is_none() {
+            let jinja = dir.join("chat_template.jinja");
+            if jinja.is_file() {
+                let s = fs::read_to_string(&jinja).map_err(|source| TokenizerError::Io {
+                    path: jinja.clone(),
+                    source,
+                })?;
+                template_src = Some((s, "chat_template.jinja"));
+            } else if let Some(c) = read_json_opt(&dir.join("chat_template.json"))? {
+                template_src = template_field(&c)?.map(|s| (s, "chat_template.json"));
+            }
+        }
+        let chat_template = template_src
+            .map(|(src, origin)| {
+                ChatTemplate::new(&src, bos_token.clone(), eos_token.clone()).map_err(|source| {
+                    TokenizerError::Template {
+                        origin: dir.join(origin).display().to_string(),
+                        source,
+                    }
+                })
+            })
+            .transpose()?;
+
+        let mut tok = Tokenizer {
+            inner,
+            eos_ids: Vec::new(),
+            bos_token,
+            eos_token,
+            prepend_bos: None,
+            chat_template,
+        };
+        tok.init_eos(config_eos);
+        Ok(tok)
+    }
+
+    /// Builds a tokenizer from GGUF tokenizer metadata. Supports the byte-level BPE
+    /// ("gpt2") model; control and user-defined tokens become added tokens.
+    pub fn from_gguf(meta: &GgufTokenizerMeta) -> Result<Self, TokenizerError> {
+        if meta.model != "gpt2" {
+            return Err(TokenizerError::UnsupportedGguf {
+                what: "model",
+                value: meta.model.clone(),
+            });
+        }
+        let n = meta.tokens.len();
+        if n == 0 {
+            return Err(TokenizerError::Gguf(
+                "`tokenizer.ggml.tokens` is empty".into(),
+            ));
+        }
+        if !meta.token_types.is_empty() && meta.token_types.len() != n {
+            return Err(TokenizerError::Gguf(format!(
+                "{} token types for {} tokens",
+                meta.token_types.len(),
+                n
+            )));
+        }
+        let check_id = |name: &str, id: Option<u32>| match id {
+            Some(i) if i as usize >= n => Err(TokenizerError::Gguf(format!(
+                "{name} id {i} out of range for {n} tokens"
+            ))),
+            _ => Ok(id),
+        };
+        let bos_id = check_id("bos", meta.bos_id)?;
+        let eos_id = check_id("eos", meta.eos_id)?;
+
+        let vocab: Vocab = meta
+            .tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i as u32))
+            .collect();
+        let merges = meta
+            .merges
+            .iter()
+            .map(|m| {
+                m.split_once(' ')
+                    .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                    .ok_or_else(|| TokenizerError::Gguf(format!("merge without a space: {m:?}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .build()
+            .map_err(|e| TokenizerError::Gguf(format!("building BPE: {e}")))?;
+
+        let pre = gguf_pre_tokenizer(meta.pre.as_deref())?;
+        let mut inner = tokenizers::Tokenizer::new(bpe);
+        inner.with_pre_tokenizer(Some(pre));
+        inner.with_decoder(Some(ByteLevelDecoder::default()));
+
+        let mut special = Vec::new();
+        let mut user = Vec::new();
+        for (i, tok) in meta.tokens.iter().enumerate() {
+            let ty = meta.token_types.get(i).copied().unwrap_or(1);
+            let is_marked = [meta.bos_id, meta.eos_id, meta.pad_id].contains(&Some(i as u32));
+            if ty == TOKEN_TYPE_CONTROL || (is_marked && ty != TOKEN_TYPE_USER_DEFINED) {
+                special.push(AddedToken::from(tok.clone(), true).normalized(false));
+            } else if ty == TOKEN_TYPE_USER_DEFINED {
+                user.push(AddedToken::from(tok.clone(), false).normalized(false));
+            }
+        }
+        inner.add_special_tokens(&special);
+        inner.add_tokens(&user);
+
+        let name = |id: Option<u32>| id.and_then(|i| meta.tokens.get(i as usize).cloned());
+        let bos_token = name(bos_id);
+        let eos_token = name(eos_id);
+        let chat_template = meta
+            .chat_template
+            .as_deref()
+            .map(|src| {
+                ChatTemplate::new(src, bos_token.clone(), eos_token.clone()).map_err(|source| {
+                    TokenizerError::Template {
+                        origin: "GGUF `tokenizer.chat_template`".into(),
+                        source,
+                    }
+                })
+            })
+            .transpose()?;
+        let mut tok = Tokenizer {
+            inner,
+            eos_ids: Vec::new(),
+            bos_token,
+            eos_token,
+            prepend_bos: if meta.add_bos { bos_id } else { None },
+            chat_template,
+        };
+        tok.init_eos(eos_id.into_iter().collect());
+        Ok(tok)
+    }
+
+    /// eos set = config ids + the eos_token string + known end-of-turn tokens present.
+    fn init_eos(&mut self, config_ids: Vec<u32>) {
+        let mut set: BTreeSet<u32> = config_ids.into_iter().collect();
+        let names = self
+            .eos_token
+            .iter()
+            .map(String::as_str)
+            .chain(EOS_CANDIDATES);
+        set.extend(names.filter_map(|t| self.inner.token_to_id(t)));
+        self.eos_ids = set.into_iter().collect();
+    }
+
+    /// Encodes text; `add_special_tokens` applies the tokenizer's post-processor (and the
+    /// GGUF `add_bos_token` flag).
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizerError> {
+        let enc = self
+            .inner
+            .encode_fast(text, add_special_tokens)
+            .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+        let ids = enc.get_ids();
+        match self.prepend_bos {
+            Some(bos) if add_special_tokens && ids.first() != Some(&bos) => {
+                let mut out = Vec::with_capacity(ids.len() + 1);
+                out.push(bos);
+                out.extend_from_slice(ids);
+                Ok(out)
+            }
+            _ => Ok(ids.to_vec()),
+        }
+    }
+
+    /// Decodes ids to text. Ids outside the vocabulary are ignored.
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, TokenizerError> {
+        self.inner
+            .decode(ids, skip_special_tokens)
+            .map_err(|e| TokenizerError::Decode(e.to_string()))
+    }
+
+    pub fn token_to_id(&self, tok: &str) -> Option<u32> {
+        self.inner.token_to_id(tok)
+    }
+
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// Number of token strings, added tokens included (may be less than the model's
+    /// embedding rows).
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// Sorted, deduplicated ids that end generation.
+    pub fn eos_ids(&self) -> &[u32] {
+        &self.eos_ids
+    }
+
+    pub fn is_eos(&self, id: u32) -> bool {
+        self.eos_ids.binary_search(&id).is_ok()
+    }
+
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        self.chat_template.as_ref()
+    }
+
+    /// Replaces the chat template (e.g. from a model config or the command line).
+    pub fn set_chat_template(&mut self, template: Option<ChatTemplate>) {
+        self.chat_template = template;
+    }
+
+    pub fn bos_token(&self) -> Option<&str> {
+        self.bos_token.as_deref()
+    }
+
+    pub fn eos_token(&self) -> Option<&str> {
+        self.eos_token.as_deref()
+    }
+
+    /// Adds an id to the eos set (kept sorted and deduplicated).
+    pub fn add_eos_id(&mut self, id: u32) {
+        if let Err(pos) = self.eos_ids.binary_search(&id) {
+            self.eos_ids.insert(pos, id);
+        }
+    }
+
+    /// Replaces the whole eos set.
+    pub fn set_eos_ids(&mut self, ids: &[u32]) {
+        let set: BTreeSet<u32> = ids.iter().copied().collect();
+        self.eos_ids = set.into_iter().collect();
+    }
+
+    /// The wrapped `tokenizers` tokenizer.
+    pub fn inner(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+}
+
+/// Pre-tokenizer for a GGUF `tokenizer.ggml.pre` value, as llama.cpp maps them.
+fn gguf_pre_tokenizer(pre: Option<&str>) -> Result<PreTokenizerWrapper, TokenizerError> {
+    let byte_level =
+        |use_regex: bool| -> PreTokenizerWrapper { ByteLevel::new(false, false, use_regex).into() };
+    let split = |re: &str| -> Result<PreTokenizerWrapper, TokenizerError> {
+        let s = Split::new(
+            SplitPattern::Regex(re.to_owned()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| TokenizerError::Gguf(format!("split regex: {e}")))?;
+        Ok(Sequence::new(vec![s.into(), byte_level(false)]).into())
+    };
+    match pre.unwrap_or("default") {
+        "default" | "gpt2" | "gpt-2" => Ok(byte_level(true)),
+        // llama.cpp: digits split one by one, then the GPT-2 regex.
+        "smollm" | "starcoder" | "refact" | "codeshell" | "exaone" | "minerva" => {
+            Ok(Sequence::new(vec![Digits::new(true).into(), byte_level(true)]).into())
+        }
+        "qwen2" | "deepseek-r1-qwen" | "megrez" => split(QWEN2_SPLIT),
+        "llama-bpe" | "llama3" | "dbrx" | "smaug-bpe" | "falcon3" | "pixtral" => {
+            split(LLAMA3_SPLIT)
+        }
+        other => Err(TokenizerError::UnsupportedGguf {
+            what: "pre-tokenizer",
+            value: other.to_owned(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The real Qwen3 tokenizer from the artefact cache.
+    pub(crate) fn qwen3() -> Tokenizer {
+        let dir = artefact_dir().join("qwen3-tokenizer");
+        assert!(
+            dir.join("tokenizer.json").is_file(),
+            "missing {}: run scripts/fetch-artefacts.sh",
+            dir.display()
+        );
+        Tokenizer::from_dir(&dir).expect("load qwen3 tokenizer")
+    }
+
+    #[test]
+    fn qwen3_basic_encode_decode() {
+        let tok = qwen3();
+        let ids = tok
+            .encode("<|im_start|>user\nHello<|im_end|>\n<think>", false)
+            .unwrap();
+        assert_eq!(ids, [151644, 872, 198, 9707, 151645, 198, 151667]);
+        assert_eq!(tok.vocab_size(), 151669);
+        assert_eq!(tok.token_to_id("<|im_end|>"), Some(151645));
+        assert_eq!(tok.id_to_token(151667).as_deref(), Some("<think>"));
+        assert_eq!(tok.eos_ids(), &[151643, 151645]);
+        assert_eq!(tok.eos_token(), Some("<|im_end|>"));
+        assert!(tok.chat_template().is_some());
+        let text = "Hello wörld 🎉 你好";
+        let ids = tok.encode(text, true).unwrap();
+        assert_eq!(tok.decode(&ids, false).unwrap(), text);
+        let with_special = tok.encode("<|im_start|>hi<|im_end|>", false).unwrap();
+        assert_eq!(tok.decode(&with_special, true).unwrap(), "hi");
+    }
+
+    #[test]
+    fn eos_and_missing_files() {
+        let mut tok = qwen3();
+        tok.add_eos_id(7);
+        tok.add_eos_id(151645);
+        assert_eq!(tok.eos_ids(), &[7, 151643, 151645]);
+        assert!(tok.is_eos(7));
+        let err = Tokenizer::from_dir(Path::new("/nonexistent/dir")).unwrap_err();
+        assert!(err.to_string().contains("tokenizer.json"), "{err}");
+    }
+
+    #[test]
+    fn eos_field_forms() {
+        let v: Json = serde_json::json!({"eos_token_id": [1, 2]});
+        assert_eq!(eos_id_field(&v, "config.json").unwrap(), [1, 2]);
+        let v: Json = serde_json::json!({"eos_token_id": 5});
+        assert_eq!(eos_id_field(&v, "config.json").unwrap(), [5]);
+        let v: Json = serde_json::json!({"eos_token_id": "x"});
+        let e = eos_id_field(&v, "config.json").unwrap_err().to_string();
+        assert!(
+            e.contains("config.json") && e.contains("eos_token_id"),
+            "{e}"
+        );
+        let v: Json = serde_json::json!({"eos_token": {"content": "</s>"}});
+        assert_eq!(
+            token_field(&v, "eos_token").unwrap().as_deref(),
+            Some("</s>")
+        );
+    }
+
+    /// GPT-2 `bytes_to_unicode`: the 256 single-char byte tokens.
+    fn byte_chars() -> Vec<String> {
+        let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
+        let mut extra = 0;
+        (0u32..256)
+            .map(|b| {
+                let c = if printable(b) {
+                    b
+                } else {
+                    extra += 1;
+                    255 + extra
+                };
+                char::from_u32(c).unwrap().to_string()
+            })
+            .collect()
+    }
+
+    /// A tiny byte-level vocab: all 256 byte chars + a few merges + control tokens.
+    #[test]
+    fn gguf_tiny_bpe() {
+        let mut tokens: Vec<String> = vec!["<|endoftext|>".into(), "<|im_start|>".into()];
+        tokens.push("<|im_end|>".into());
+        tokens.extend(byte_chars());
+        tokens.extend(["he".into(), "ll".into(), "hell".into(), "hello".into()]);
+        tokens.push("<think>".into());
+        let mut types = vec![3, 3, 3];
+        types.extend(std::iter::repeat_n(1, tokens.len() - 4));
+        types.push(4);
+        let meta = GgufTokenizerMeta {
+            model: "gpt2".into(),
+            pre: Some("smollm".into()),
+            merges: vec!["h e".into(), "l l".into(), "he ll".into(), "hell o".into()],
+            tokens,
+            token_types: types,
+            bos_id: Some(1),
+            eos_id: Some(2),
+            unk_id: Some(0),
+            pad_id: Some(2),
+            add_bos: false,
+            chat_template: Some(
+                "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}".into(),
+            ),
+        };
+        let tok = Tokenizer::from_gguf(&meta).unwrap();
+        let ids = tok.encode("<|im_start|>hello<think>12", false).unwrap();
+        let hello = tok.token_to_id("hello").unwrap();
+        let one = tok.token_to_id("1").unwrap();
+        let two = tok.token_to_id("2").unwrap();
+        assert_eq!(
+            ids,
+            [1, hello, tok.token_to_id("<think>").unwrap(), one, two]
+        );
+        assert_eq!(tok.decode(&ids, true).unwrap(), "hello<think>12");
+        assert_eq!(tok.eos_ids(), &[0, 2]);
+        assert_eq!(tok.bos_token(), Some("<|im_start|>"));
+        let bad = GgufTokenizerMeta {
+            model: "llama".into(),
+            ..meta.clone()
+        };
+        assert!(Tokenizer::from_gguf(&bad).is_err());
+        let bad = GgufTokenizerMeta {
+            pre: Some("nonsense".into()),
+            ..meta
+        };
+        assert!(Tokenizer::from_gguf(&bad).is_err());
+    }
+}

@@ -1,0 +1,114 @@
+//! GGUF checkpoints (llama.cpp). Tensors are read as candle quantized tensors (F32, F16, Q8_0,
+//! Q4_0, Q4_1, K-quants, ...) and served under HF tensor names, so the models need no GGUF
+//! knowledge. llama-arch Q/K rows are permuted by llama.cpp's converter: the config built from
+//! GGUF metadata selects interleaved RoPE for them instead of undoing the permutation.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use candle_core::quantized::gguf_file::{Content, Value};
+
+use super::{HostTensor, LoadError, WeightSource};
+
+pub struct GgufSource {
+    path: PathBuf,
+    content: Content,
+    file: Mutex<std::fs::File>,
+}
+
+impl GgufSource {
+    pub fn open(path: &Path) -> Result<Self, LoadError> {
+        let mut file = std::fs::File::open(path).map_err(|e| LoadError::io(path, e))?;
+        let content = Content::read(&mut file).map_err(|e| LoadError::parse(path, e))?;
+        Ok(GgufSource { path: path.to_path_buf(), content, file: Mutex::new(file) })
+    }
+
+    pub fn content(&self) -> &Content {
+        &self.content
+    }
+
+    pub fn meta(&self, key: &str) -> Option<&Value> {
+        self.content.metadata.get(key)
+    }
+
+    /// HF tensor name -> GGUF tensor name for llama-family checkpoints.
+    pub fn gguf_name(hf: &str) -> Option<String> {
+        match hf {
+            "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
+            "model.norm.weight" => return Some("output_norm.weight".into()),
+            "lm_head.weight" => return Some("output.weight".into()),
+            _ => {}
+        }
+        let rest = hf.strip_prefix("model.layers.")?;
+        let (layer, rest) = rest.split_once('.')?;
+        let (module, kind) = rest.rsplit_once('.')?;
+        let g = match module {
+            "self_attn.q_proj" => "attn_q",
+            "self_attn.k_proj" => "attn_k",
+            "self_attn.v_proj" => "attn_v",
+            "self_attn.o_proj" => "attn_output",
+            "self_attn.q_norm" => "attn_q_norm",
+            "self_attn.k_norm" => "attn_k_norm",
+            "mlp.gate_proj" => "ffn_gate",
+            "mlp.up_proj" => "ffn_up",
+            "mlp.down_proj" => "ffn_down",
+            "input_layernorm" => "attn_norm",
+            "post_attention_layernorm" => "ffn_norm",
+            _ => return None,
+        };
+        Some(format!("blk.{layer}.{g}.{kind}"))
+    }
+}
+
+impl WeightSource for GgufSource {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        Self::gguf_name(name).is_some_and(|g| self.content.tensor_infos.contains_key(&g))
+    }
+
+    fn get(&self, name: &str) -> Result<HostTensor, LoadError> {
+        let missing =
+            || LoadError::MissingTensor { path: self.path.clone(), name: name.to_string() };
+        let g = Self::gguf_name(name).ok_or_else(missing)?;
+        if !self.content.tensor_infos.contains_key(&g) {
+            return Err(missing());
+        }
+        let mut f = self.file.lock().map_err(|_| LoadError::parse(&self.path, "file lock poisoned"))?;
+        let q = self
+            .content
+            .tensor(&mut *f, &g, &candle_core::Device::Cpu)
+            .map_err(|e| LoadError::parse(&self.path, format!("tensor `{g}`: {e}")))?;
+        Ok(HostTensor::Ggml(Arc::new(q)))
+    }
+}
+
+/// Typed reads of GGUF metadata values, naming the key on failure.
+pub fn meta_u32(src: &GgufSource, key: &str) -> Result<u32, LoadError> {
+    let v = src.meta(key).ok_or_else(|| LoadError::MissingField {
+        path: src.path.clone(),
+        field: key.to_string(),
+    })?;
+    v.to_u32().or_else(|_| v.to_u64().map(|x| x as u32)).map_err(|e| LoadError::InvalidField {
+        path: src.path.clone(),
+        field: key.to_string(),
+        message: e.to_string(),
+    })
+}
+
+pub fn meta_f32(src: &GgufSource, key: &str) -> Result<Option<f32>, LoadError> {
+    match src.meta(key) {
+        None => Ok(None),
+        Some(v) => v.to_f32().map(Some).map_err(|e| LoadError::InvalidField {
+            path: src.path.clone(),
+            field: key.to_string(),
+            message: e.to_string(),
+        }),
+    }
+}
+
+pub fn meta_string(src: &GgufSource, key: &str) -> Option<String> {
+    src.meta(key).and_then(|v| v.to_string().ok().cloned())
+}

@@ -1,0 +1,143 @@
+//! The target models against HF transformers goldens on the tiny random checkpoints:
+//! logits (all positions) and tapped hidden states within 1e-4, greedy tokens identical,
+//! and KV-cache chunking/rollback giving the same logits as one full pass.
+
+use dspark_engine::backend::candle::CandleBackend;
+use dspark_engine::backend::Backend;
+use dspark_engine::generate::{baseline, GenParams};
+use dspark_engine::model::open_checkpoint;
+use dspark_engine::model::transformer::{LogitsWanted, Transformer};
+use dspark_engine::sampling::SamplingParams;
+use dspark_tests::{as_f32_rows, as_u32s, fixture, golden, max_abs_diff};
+
+const VARIANTS: [&str; 5] = ["qwen3", "qwen3-tied", "llama", "qwen3-bf16", "qwen3-mlx4"];
+const TOL: f32 = 1e-4;
+
+fn load(variant: &str) -> Transformer<CandleBackend> {
+    let ck = open_checkpoint(&fixture(&format!("tiny/{variant}"))).unwrap();
+    Transformer::load(&CandleBackend::cpu(), ck.cfg, ck.source.as_ref()).unwrap()
+}
+
+#[test]
+fn logits_and_taps_match_transformers() {
+    for variant in VARIANTS {
+        let g = golden(&format!("tiny_{variant}.json"));
+        let m = load(variant);
+        let b = m.backend().clone();
+        let ids = as_u32s(&g["prompt_ids"]);
+        let want = as_f32_rows(&g["logits"]);
+        let mut cache = m.new_cache();
+        let out = m.forward(&ids, &mut cache, &[0, 2], LogitsWanted::All).unwrap();
+        let got = b.to_f32_vec(out.logits.as_ref().unwrap()).unwrap();
+        let v = m.cfg.vocab_size;
+        for (i, row) in want.iter().enumerate() {
+            let d = max_abs_diff(&got[i * v..(i + 1) * v], row);
+            assert!(d < TOL, "{variant}: logits row {i} differs by {d}");
+        }
+        let taps = b.to_f32_vec(out.taps.as_ref().unwrap()).unwrap();
+        let h = m.cfg.hidden_size;
+        for (k, layer) in ["0", "2"].iter().enumerate() {
+            let rows = as_f32_rows(&g["hidden_states"][layer]);
+            for (i, row) in rows.iter().enumerate() {
+                let start = i * 2 * h + k * h;
+                let d = max_abs_diff(&taps[start..start + h], row);
+                assert!(d < TOL, "{variant}: hidden state of layer {layer} row {i} differs by {d}");
+            }
+        }
+    }
+}
+
+#[test]
+fn greedy_tokens_match_transformers() {
+    for variant in VARIANTS {
+        let g = golden(&format!("tiny_{variant}.json"));
+        let m = load(variant);
+        for case in g["greedy"].as_array().unwrap() {
+            let prompt = as_u32s(&case["prompt_ids"]);
+            let want = as_u32s(&case["new_tokens"]);
+            let params = GenParams {
+                max_new_tokens: want.len(),
+                sampling: SamplingParams::greedy(),
+                eos: vec![],
+            };
+            let mut cache = m.new_cache();
+            let mut sink = Vec::new();
+            let r = baseline::generate(&m, &mut cache, &prompt, &params, &mut sink).unwrap();
+            assert_eq!(r.tokens, want, "{variant}: greedy tokens for {prompt:?}");
+            assert_eq!(sink, want);
+            assert_eq!(r.finish_reason.as_str(), "length");
+        }
+    }
+}
+
+#[test]
+fn chunked_prefill_and_rollback_reproduce_full_pass() {
+    let g = golden("tiny_qwen3.json");
+    let m = load("qwen3");
+    let b = m.backend().clone();
+    let ids = as_u32s(&g["prompt_ids"]);
+    let want = as_f32_rows(&g["logits"]);
+    let v = m.cfg.vocab_size;
+    for split in [1, 5, 11] {
+        let mut cache = m.new_cache();
+        m.forward(&ids[..split], &mut cache, &[], LogitsWanted::None).unwrap();
+        let out = m.forward(&ids[split..], &mut cache, &[], LogitsWanted::All).unwrap();
+        let got = b.to_f32_vec(out.logits.as_ref().unwrap()).unwrap();
+        for (j, row) in want[split..].iter().enumerate() {
+            let d = max_abs_diff(&got[j * v..(j + 1) * v], row);
+            assert!(d < TOL, "split {split}: row {} differs by {d}", split + j);
+        }
+        assert_eq!(cache.len(), ids.len());
+    }
+    // feed garbage after the prompt, roll it back, then continue: same as never having fed it
+    let mut cache = m.new_cache();
+    m.forward(&ids[..8], &mut cache, &[], LogitsWanted::None).unwrap();
+    m.forward(&[7, 7, 7, 7, 7, 7, 7], &mut cache, &[], LogitsWanted::None).unwrap();
+    cache.truncate(8);
+    assert_eq!(cache.len(), 8);
+    let out = m.forward(&ids[8..], &mut cache, &[], LogitsWanted::All).unwrap();
+    let got = b.to_f32_vec(out.logits.as_ref().unwrap()).unwrap();
+    for (j, row) in want[8..].iter().enumerate() {
+        let d = max_abs_diff(&got[j * v..(j + 1) * v], row);
+        assert!(d < TOL, "after rollback: row {} differs by {d}", 8 + j);
+    }
+}
+
+#[test]
+fn bad_checkpoints_give_typed_errors() {
+    let dir = std::env::temp_dir().join(format!("dspark-bad-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // missing directory
+    let e = open_checkpoint(&dir.join("nope")).err().unwrap();
+    assert!(e.to_string().contains("nope"), "{e}");
+    // config without a required field
+    let src = fixture("tiny/qwen3");
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    cfg.as_object_mut().unwrap().remove("intermediate_size");
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+    let e = open_checkpoint(&dir).err().unwrap();
+    assert!(e.to_string().contains("`intermediate_size`"), "{e}");
+    // wrong hidden size: tensors no longer fit the config
+    cfg["intermediate_size"] = serde_json::json!(96);
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let ck = open_checkpoint(&dir).unwrap();
+    let e = Transformer::load(&CandleBackend::cpu(), ck.cfg, ck.source.as_ref()).err().unwrap();
+    let msg = e.to_string();
+    assert!(msg.contains("mlp.gate_proj.weight") && msg.contains("shape"), "{msg}");
+    // truncated safetensors
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    std::fs::write(dir.join("model.safetensors"), &bytes[..bytes.len() / 2]).unwrap();
+    cfg["intermediate_size"] = serde_json::json!(128);
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let e = open_checkpoint(&dir).err().unwrap();
+    assert!(e.to_string().contains("model.safetensors"), "{e}");
+    // unknown architecture
+    cfg["model_type"] = serde_json::json!("mamba");
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let e = open_checkpoint(&dir).err().unwrap();
+    assert!(e.to_string().contains("unsupported architecture `mamba`"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
