@@ -5,6 +5,7 @@ pub mod backend;
 pub mod error;
 pub mod generate;
 pub mod kv;
+pub mod load;
 pub mod model;
 pub mod sampling;
 pub mod weights;

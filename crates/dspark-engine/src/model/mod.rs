@@ -15,6 +15,8 @@ use config::TransformerConfig;
 pub struct Checkpoint {
     pub cfg: TransformerConfig,
     pub source: Box<dyn WeightSource + Send>,
+    /// Tokenizer metadata embedded in a GGUF file.
+    pub gguf_tokenizer: Option<crate::tokenizer::GgufTokenizerMeta>,
 }
 
 /// Opens a model directory (config.json + *.safetensors) or a `.gguf` file.
@@ -23,7 +25,14 @@ pub fn open_checkpoint(path: &Path) -> Result<Checkpoint, LoadError> {
         if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
             let src = GgufSource::open(path)?;
             let cfg = TransformerConfig::from_gguf(&src)?;
-            return Ok(Checkpoint { cfg, source: Box::new(src) });
+            let gguf_tokenizer = if src.meta("tokenizer.ggml.tokens").is_some() {
+                Some(crate::tokenizer::gguf_tokenizer_meta(src.content()).map_err(|e| {
+                    LoadError::parse(path, format!("tokenizer metadata: {e}"))
+                })?)
+            } else {
+                None
+            };
+            return Ok(Checkpoint { cfg, source: Box::new(src), gguf_tokenizer });
         }
         return Err(LoadError::NotFound {
             path: path.to_path_buf(),
@@ -54,5 +63,5 @@ pub fn open_checkpoint(path: &Path) -> Result<Checkpoint, LoadError> {
     }
     let cfg = TransformerConfig::from_json_file(&cfg_path)?;
     let src = SafetensorsSource::open_dir(path, cfg.quantization)?;
-    Ok(Checkpoint { cfg, source: Box::new(src) })
+    Ok(Checkpoint { cfg, source: Box::new(src), gguf_tokenizer: None })
 }

@@ -1,0 +1,45 @@
+//! Loading a target model together with its tokenizer and chat template, from a model
+//! directory or a GGUF file.
+
+use std::path::{Path, PathBuf};
+
+use crate::backend::Backend;
+use crate::error::EngineError;
+use crate::model::open_checkpoint;
+use crate::model::transformer::Transformer;
+use crate::tokenizer::Tokenizer;
+
+pub struct LoadedModel<B: Backend> {
+    pub model: Transformer<B>,
+    pub tokenizer: Tokenizer,
+    pub path: PathBuf,
+}
+
+impl<B: Backend> LoadedModel<B> {
+    /// Token ids that end generation: the tokenizer's eos set plus config.json's.
+    pub fn eos_ids(&self) -> Vec<u32> {
+        let mut v = self.tokenizer.eos_ids().to_vec();
+        v.extend(&self.model.cfg.eos_token_ids);
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+}
+
+/// Loads the model at `path`. For a directory the tokenizer comes from `tokenizer.json` in
+/// it (or `tokenizer_dir` when given); for GGUF from its embedded metadata.
+pub fn load_model<B: Backend>(
+    backend: &B,
+    path: &Path,
+    tokenizer_dir: Option<&Path>,
+) -> Result<LoadedModel<B>, EngineError> {
+    let ck = open_checkpoint(path)?;
+    let tokenizer = match (&ck.gguf_tokenizer, tokenizer_dir) {
+        (_, Some(dir)) => Tokenizer::from_dir(dir),
+        (Some(meta), None) => Tokenizer::from_gguf(meta),
+        (None, None) => Tokenizer::from_dir(path),
+    }
+    .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
+    let model = Transformer::load(backend, ck.cfg, ck.source.as_ref())?;
+    Ok(LoadedModel { model, tokenizer, path: path.to_path_buf() })
+}
