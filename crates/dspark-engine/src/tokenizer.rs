@@ -683,6 +683,10 @@ mod tests {
         );
         assert_eq!(tok.decode(&ids, true).unwrap(), "hello<think>12");
         assert_eq!(tok.eos_ids(), &[0, 2]);
+        // Ids outside the vocabulary (padded embedding rows) decode to nothing.
+        assert_eq!(tok.decode(&[hello, 99_999], false).unwrap(), "hello");
+        fn shareable<T: Send + Sync>(_: &T) {}
+        shareable(&tok);
         assert_eq!(tok.bos_token(), Some("<|im_start|>"));
         let bad = GgufTokenizerMeta {
             model: "llama".into(),
