@@ -1,1 +1,43 @@
-fn main() {}
+//! `dspark`: the command line. Parses arguments and hands off to the engine, hub and server;
+//! holds no model logic of its own.
+
+mod args;
+mod bench;
+mod generate;
+mod model_arg;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "dspark", version, about = "Local LLM server with lossless speculative decoding")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text for one prompt, streamed to stdout, then a stats line.
+    Generate(generate::GenerateArgs),
+    /// Measure prefill/decode speed (speculative modes side by side with baseline); writes JSON.
+    Bench(bench::BenchArgs),
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DSPARK_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let res = match cli.command {
+        Command::Generate(a) => generate::run(a),
+        Command::Bench(a) => bench::run(a),
+    };
+    if let Err(e) = res {
+        eprintln!("dspark: error: {e:#}");
+        std::process::exit(1);
+    }
+}

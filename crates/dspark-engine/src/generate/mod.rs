@@ -3,6 +3,7 @@
 
 pub mod baseline;
 pub mod stopping;
+pub mod text;
 
 use crate::sampling::SamplingParams;
 

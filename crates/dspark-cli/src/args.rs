@@ -1,0 +1,36 @@
+//! Argument groups shared by several subcommands.
+
+use clap::Args;
+
+#[derive(Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// Model directory, .gguf file, or `demo`.
+    #[arg(long, default_value = "demo")]
+    pub model: String,
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Activation dtype: f32, f16 or bf16 (default: f32 on cpu, bf16 on cuda).
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// Keep GGUF block-quantized weights quantized instead of dequantizing to the dtype.
+    #[arg(long)]
+    pub keep_quantized: bool,
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct SamplingArgs {
+    /// Maximum new tokens.
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: usize,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// 0 = off.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    #[arg(long)]
+    pub seed: Option<u64>,
+}

