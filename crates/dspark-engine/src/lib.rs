@@ -2,12 +2,15 @@
 //! baseline and speculative generation. Knows nothing about HTTP.
 
 pub mod backend;
+pub mod drafters;
 pub mod error;
 pub mod generate;
 pub mod kv;
 pub mod load;
 pub mod model;
 pub mod sampling;
+pub mod spec;
+pub mod testing;
 pub mod weights;
 
 pub use error::EngineError;

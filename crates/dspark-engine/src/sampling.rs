@@ -156,9 +156,9 @@ mod tests {
 
     #[test]
     fn top_p_keeps_mass_before_threshold() {
-        // cumulative before: 0, .5, .8, .95 -> with p=0.8 keep first two only
+        // cumulative before: 0, .5, .8, .95 -> with p=0.75 keep first two only
         let mut p = vec![0.5, 0.3, 0.15, 0.05];
-        truncate(&mut p, 0.8, 0);
+        truncate(&mut p, 0.75, 0);
         assert!(p[0] > 0.0 && p[1] > 0.0 && p[2] == 0.0 && p[3] == 0.0, "{p:?}");
         // top-1 always survives
         let mut q = vec![0.9, 0.1];

@@ -39,12 +39,16 @@ pub fn generate<B: Backend>(
     stats.prefill_secs = t0.elapsed().as_secs_f64();
 
     let t1 = Instant::now();
+    let mut first = true;
     let finish = if params.max_new_tokens == 0 {
         FinishReason::Length
     } else {
         loop {
             let (n, fin) = budget.admit(&[next]);
-            stats.accept_lengths.push(1);
+            // the prefill's token is not a decode round
+            if !std::mem::take(&mut first) {
+                stats.accept_lengths.push(1);
+            }
             if n > 0 {
                 tokens.push(next);
                 match sink.push(&[next]) {

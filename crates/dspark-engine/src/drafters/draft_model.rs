@@ -1,0 +1,113 @@
+//! draft-model speculation: a small autoregressive model with the target's tokenizer drafts
+//! `k` tokens per round, one forward each, keeping its own KV cache. Tokens committed but not
+//! yet fed (the last accepted draft of a fully accepted block, the prompt) wait in a backlog
+//! and are fed with the next round's first forward.
+
+use rand::RngCore;
+
+use crate::backend::Backend;
+use crate::error::EngineError;
+use crate::kv::KvCache;
+use crate::model::transformer::{LogitsWanted, Transformer};
+use crate::sampling::{distribution, pick, SamplingParams};
+use crate::spec::{Drafter, Proposal, SpecParams};
+
+pub struct DraftModel<B: Backend> {
+    model: Transformer<B>,
+    cache: KvCache<B>,
+    /// Committed tokens at positions `cache.len()..`, not yet fed.
+    backlog: Vec<u32>,
+    block: usize,
+}
+
+impl<B: Backend> DraftModel<B> {
+    /// `block`: the most drafts per round. Fails when the vocabularies differ.
+    pub fn new(model: Transformer<B>, target_vocab: usize, block: usize) -> Result<Self, EngineError> {
+        if model.cfg.vocab_size != target_vocab {
+            return Err(EngineError::DrafterMismatch(format!(
+                "draft model vocabulary {} != target vocabulary {target_vocab}",
+                model.cfg.vocab_size
+            )));
+        }
+        let cache = model.new_cache();
+        Ok(DraftModel { model, cache, backlog: Vec::new(), block: block.max(1) })
+    }
+}
+
+impl<B: Backend> Drafter<B> for DraftModel<B> {
+    fn name(&self) -> &'static str {
+        "draft-model"
+    }
+
+    fn block_len(&self) -> usize {
+        self.block
+    }
+
+    fn prefill(&mut self, tokens: &[u32], start: usize, _taps: Option<&B::Tensor>) -> Result<(), EngineError> {
+        self.truncate(start);
+        self.backlog.extend_from_slice(tokens);
+        Ok(())
+    }
+
+    fn propose(
+        &mut self,
+        pending: u32,
+        pos: usize,
+        max: usize,
+        _spec: &SpecParams,
+        sampling: &SamplingParams,
+        rng: &mut dyn RngCore,
+    ) -> Result<Proposal, EngineError> {
+        if self.len() != pos {
+            return Err(EngineError::Invalid(format!(
+                "draft model holds {} positions, the target {pos}",
+                self.len()
+            )));
+        }
+        let b = self.model.backend().clone();
+        let mut feed = std::mem::take(&mut self.backlog);
+        feed.push(pending);
+        let mut tokens = Vec::with_capacity(max);
+        let mut qs = Vec::new();
+        for i in 0..max {
+            let out = self.model.forward(&feed, &mut self.cache, &[], LogitsWanted::Last)?;
+            let row = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
+            let d = if sampling.is_greedy() {
+                pick(&row, sampling, rng)
+            } else {
+                let q = distribution(&row, sampling);
+                let d = crate::sampling::sample_index(&q, rng);
+                qs.push(q);
+                d
+            };
+            tokens.push(d);
+            if i + 1 < max {
+                feed = vec![d];
+            }
+        }
+        let q = if sampling.is_greedy() { None } else { Some(qs) };
+        Ok(Proposal { tokens, q })
+    }
+
+    fn commit(&mut self, tokens: &[u32], pos: usize, _taps: Option<&B::Tensor>) -> Result<(), EngineError> {
+        // the cache holds pending + all but the last draft; accepted ones are a prefix of that
+        let end = pos + tokens.len();
+        self.cache.truncate(end);
+        let fed = self.cache.len().saturating_sub(pos);
+        self.backlog = tokens[fed.min(tokens.len())..].to_vec();
+        Ok(())
+    }
+
+    fn truncate(&mut self, len: usize) {
+        if len <= self.cache.len() {
+            self.cache.truncate(len);
+            self.backlog.clear();
+        } else {
+            self.backlog.truncate(len - self.cache.len());
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.cache.len() + self.backlog.len()
+    }
+}

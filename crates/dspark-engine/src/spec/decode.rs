@@ -1,0 +1,121 @@
+//! The speculative generation loop, shared by every drafter:
+//! prefill (with taps) -> [draft -> verify in one target forward -> commit -> roll back]*.
+//! Stopping rules are the baseline's (`generate::stopping`), so eos inside an accepted block
+//! ends generation there and `max_new_tokens` is never exceeded.
+
+use std::time::Instant;
+
+use super::verify::{verify_greedy, verify_sampled};
+use super::{Drafter, SpecParams};
+use crate::backend::Backend;
+use crate::error::EngineError;
+use crate::generate::baseline::check_context;
+use crate::generate::stopping::Budget;
+use crate::generate::{FinishReason, Flow, GenParams, GenResult, GenStats, TokenSink};
+use crate::kv::KvCache;
+use crate::model::transformer::{LogitsWanted, Transformer};
+use crate::sampling::{argmax, distribution, pick, rng_for};
+
+/// Generates after `prompt` with `drafter`. `cache` (and the drafter) may already hold a
+/// prefix of the prompt; both must hold the same length.
+pub fn generate<B: Backend>(
+    target: &Transformer<B>,
+    cache: &mut KvCache<B>,
+    drafter: &mut dyn Drafter<B>,
+    prompt: &[u32],
+    params: &GenParams,
+    spec: &SpecParams,
+    sink: &mut dyn TokenSink,
+) -> Result<GenResult, EngineError> {
+    let b = target.backend();
+    // verification may feed a whole block past the last emitted token
+    let slack = drafter.block_len() + 1;
+    check_context(prompt.len(), params.max_new_tokens + slack, target.cfg.max_position_embeddings)?;
+    let reuse = cache.len().min(drafter.len()).min(prompt.len().saturating_sub(1));
+    cache.truncate(reuse);
+    drafter.truncate(reuse);
+
+    let taps = drafter.taps().to_vec();
+    let mut stats = GenStats { prompt_tokens: prompt.len(), cached_tokens: reuse, ..Default::default() };
+    let mut rng = rng_for(params.sampling.seed);
+    let mut budget = Budget::new(params.max_new_tokens, &params.eos);
+    let mut tokens = Vec::new();
+
+    let t0 = Instant::now();
+    let out = target.forward(&prompt[reuse..], cache, &taps, LogitsWanted::Last)?;
+    stats.target_forwards += 1;
+    drafter.prefill(&prompt[reuse..], reuse, out.taps.as_ref())?;
+    let row = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
+    let mut pending = pick(&row, &params.sampling, &mut rng);
+    stats.prefill_secs = t0.elapsed().as_secs_f64();
+
+    let t1 = Instant::now();
+    let mut block = vec![pending];
+    let mut first = true;
+    let finish = if params.max_new_tokens == 0 {
+        FinishReason::Length
+    } else {
+        loop {
+            // emit the committed block under the stopping rules
+            let (n, fin) = budget.admit(&block);
+            if !std::mem::take(&mut first) {
+                stats.accept_lengths.push(block.len());
+            }
+            if n > 0 {
+                tokens.extend_from_slice(&block[..n]);
+                match sink.push(&block[..n]) {
+                    Flow::Continue => {}
+                    Flow::StopString => break FinishReason::Stop,
+                    Flow::Cancel => break FinishReason::Cancelled,
+                }
+            }
+            if let Some(f) = fin {
+                break f;
+            }
+            pending = *block.last().expect("a round commits at least one token");
+
+            // draft
+            let pos = cache.len();
+            let td = Instant::now();
+            let max = spec.max_draft.clamp(1, drafter.block_len());
+            let proposal = drafter.propose(pending, pos, max, spec, &params.sampling, &mut rng)?;
+            stats.draft_secs += td.elapsed().as_secs_f64();
+            let drafts = proposal.tokens;
+
+            // verify: one target forward over [pending, d1..dm]
+            let tv = Instant::now();
+            let mut fed = Vec::with_capacity(drafts.len() + 1);
+            fed.push(pending);
+            fed.extend_from_slice(&drafts);
+            let out = target.forward(&fed, cache, &taps, LogitsWanted::All)?;
+            stats.target_forwards += 1;
+            let logits = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
+            let v = target.cfg.vocab_size;
+            let rows: Vec<&[f32]> = logits.chunks_exact(v).collect();
+            let outcome = if params.sampling.is_greedy() {
+                let am: Vec<u32> = rows.iter().map(|r| argmax(r)).collect();
+                verify_greedy(&am, &drafts)
+            } else {
+                let p: Vec<Vec<f32>> = rows.iter().map(|r| distribution(r, &params.sampling)).collect();
+                let q = proposal.q.as_ref().ok_or_else(|| {
+                    EngineError::Invalid(format!("{} drafter gave no draft distribution", drafter.name()))
+                })?;
+                verify_sampled(&p, q, &drafts, &mut rng)
+            };
+            stats.verify_secs += tv.elapsed().as_secs_f64();
+
+            // roll back: keep pending + accepted drafts
+            let keep = outcome.accepted + 1;
+            cache.truncate(pos + keep);
+            let kept_taps = match &out.taps {
+                Some(t) => Some(b.narrow(t, 0, 0, keep)?),
+                None => None,
+            };
+            drafter.commit(&fed[..keep], pos, kept_taps.as_ref())?;
+            block = drafts[..outcome.accepted].to_vec();
+            block.push(outcome.next);
+        }
+    };
+    stats.decode_secs = t1.elapsed().as_secs_f64();
+    Ok(GenResult { tokens, finish_reason: finish, stats })
+}

@@ -1,0 +1,97 @@
+//! Lossless speculative decoding: a [`Drafter`] proposes a block, the target verifies it in one
+//! forward, the accepted prefix plus one correction/bonus token is committed, and every cache
+//! is cut back to the committed length.
+//!
+//! Invariant: after each round the target KV length equals the number of committed positions
+//! (prompt + emitted tokens, minus the pending token that has not been fed yet), and so does
+//! every drafter state.
+
+pub mod decode;
+pub mod verify;
+
+use rand::RngCore;
+
+use crate::backend::Backend;
+use crate::error::EngineError;
+use crate::sampling::SamplingParams;
+
+/// The decoding modes the engine offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Baseline,
+    Dspark,
+    Dflash,
+    Draft,
+}
+
+impl Mode {
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "baseline" => Some(Mode::Baseline),
+            "dspark" => Some(Mode::Dspark),
+            "dflash" => Some(Mode::Dflash),
+            "draft" | "draft-model" => Some(Mode::Draft),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Baseline => "baseline",
+            Mode::Dspark => "dspark",
+            Mode::Dflash => "dflash",
+            Mode::Draft => "draft",
+        }
+    }
+}
+
+/// Knobs of the speculative loop.
+#[derive(Clone, Copy, Debug)]
+pub struct SpecParams {
+    /// Drafts verified per round (capped by the drafter's block).
+    pub max_draft: usize,
+    /// DSpark confidence truncation: keep the longest prefix whose running product of
+    /// confidences is >= this (at least one draft). 0 = off.
+    pub confidence_threshold: f32,
+}
+
+/// Drafted tokens, and for sampled decoding the (truncated) draft distribution of each.
+#[derive(Clone, Debug, Default)]
+pub struct Proposal {
+    pub tokens: Vec<u32>,
+    pub q: Option<Vec<Vec<f32>>>,
+}
+
+/// A source of draft tokens. Positions are absolute sequence positions.
+pub trait Drafter<B: Backend> {
+    fn name(&self) -> &'static str;
+    /// Largest number of drafts one round can produce.
+    fn block_len(&self) -> usize;
+    /// Target layers whose outputs the drafter reads (their fused rows arrive in `prefill`
+    /// and `commit`).
+    fn taps(&self) -> &[usize] {
+        &[]
+    }
+    /// The target prefilled `tokens` at positions `start..`; `taps` holds their fused rows.
+    fn prefill(&mut self, tokens: &[u32], start: usize, taps: Option<&B::Tensor>) -> Result<(), EngineError>;
+    /// Drafts up to `max` tokens following `pending`, which sits at position `pos`.
+    fn propose(
+        &mut self,
+        pending: u32,
+        pos: usize,
+        max: usize,
+        spec: &SpecParams,
+        sampling: &SamplingParams,
+        rng: &mut dyn RngCore,
+    ) -> Result<Proposal, EngineError>;
+    /// `tokens` (the pending token and the accepted drafts) are now committed at positions
+    /// `pos..`; `taps` holds their fused rows. Any state past them is discarded.
+    fn commit(&mut self, tokens: &[u32], pos: usize, taps: Option<&B::Tensor>) -> Result<(), EngineError>;
+    /// Rolls the drafter back to `len` committed positions (prefix reuse).
+    fn truncate(&mut self, len: usize);
+    /// Committed positions the drafter holds.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,141 @@
+//! Deterministic random checkpoints for tests and benchmarks: tiny (or full-size, for
+//! throughput runs) Qwen3-shaped targets and drafters, built in memory from a seed.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::backend::RopeStyle;
+use crate::model::config::{Arch, TransformerConfig};
+use crate::weights::{HostTensor, MemorySource};
+
+/// Shape and scale of a random target.
+#[derive(Clone, Debug)]
+pub struct RandomSpec {
+    pub vocab: usize,
+    pub hidden: usize,
+    pub intermediate: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Multiplies every projection's init; small values make the model close to a bigram.
+    pub layer_scale: f32,
+    pub tie: bool,
+    pub max_positions: usize,
+}
+
+impl RandomSpec {
+    pub fn tiny(vocab: usize) -> Self {
+        RandomSpec {
+            vocab,
+            hidden: 32,
+            intermediate: 64,
+            layers: 3,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 8,
+            layer_scale: 0.5,
+            tie: false,
+            max_positions: 1024,
+        }
+    }
+
+    pub fn config(&self) -> TransformerConfig {
+        TransformerConfig {
+            arch: Arch::Qwen3,
+            vocab_size: self.vocab,
+            hidden_size: self.hidden,
+            intermediate_size: self.intermediate,
+            num_layers: self.layers,
+            num_heads: self.heads,
+            num_kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            rope_style: RopeStyle::Half,
+            max_position_embeddings: self.max_positions,
+            tie_word_embeddings: self.tie,
+            qk_norm: true,
+            qkv_bias: false,
+            quantization: None,
+            eos_token_ids: vec![],
+            bos_token_id: None,
+        }
+    }
+}
+
+/// Seeded normal samples.
+pub struct Gen(ChaCha8Rng);
+
+impl Gen {
+    pub fn new(seed: u64, salt: &str) -> Self {
+        let mut s = seed ^ 0x9E37_79B9_7F4A_7C15;
+        for b in salt.bytes() {
+            s = s.rotate_left(7) ^ b as u64;
+        }
+        Gen(ChaCha8Rng::seed_from_u64(s))
+    }
+    pub fn normal(&mut self) -> f32 {
+        let u1: f64 = self.0.random::<f64>().max(1e-12);
+        let u2: f64 = self.0.random::<f64>();
+        ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+    }
+    pub fn matrix(&mut self, rows: usize, cols: usize, scale: f32) -> Vec<f32> {
+        let s = scale / (cols as f32).sqrt();
+        (0..rows * cols).map(|_| self.normal() * s).collect()
+    }
+    pub fn norm_weight(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| 1.0 + 0.1 * self.normal()).collect()
+    }
+}
+
+pub fn put(src: &mut MemorySource, name: &str, shape: &[usize], data: Vec<f32>) {
+    src.tensors.insert(name.to_string(), HostTensor::from_f32(shape.to_vec(), &data));
+}
+
+/// Adds one decoder layer's weights under `prefix`.
+pub fn add_layer(src: &mut MemorySource, g: &mut Gen, prefix: &str, s: &RandomSpec) {
+    let (h, i, qd, kd) = (s.hidden, s.intermediate, s.heads * s.head_dim, s.kv_heads * s.head_dim);
+    let ls = s.layer_scale;
+    put(src, &format!("{prefix}.self_attn.q_proj.weight"), &[qd, h], g.matrix(qd, h, 1.0));
+    put(src, &format!("{prefix}.self_attn.k_proj.weight"), &[kd, h], g.matrix(kd, h, 1.0));
+    put(src, &format!("{prefix}.self_attn.v_proj.weight"), &[kd, h], g.matrix(kd, h, 1.0));
+    put(src, &format!("{prefix}.self_attn.o_proj.weight"), &[h, qd], g.matrix(h, qd, ls));
+    put(src, &format!("{prefix}.self_attn.q_norm.weight"), &[s.head_dim], g.norm_weight(s.head_dim));
+    put(src, &format!("{prefix}.self_attn.k_norm.weight"), &[s.head_dim], g.norm_weight(s.head_dim));
+    put(src, &format!("{prefix}.mlp.gate_proj.weight"), &[i, h], g.matrix(i, h, 1.0));
+    put(src, &format!("{prefix}.mlp.up_proj.weight"), &[i, h], g.matrix(i, h, 1.0));
+    put(src, &format!("{prefix}.mlp.down_proj.weight"), &[h, i], g.matrix(h, i, ls));
+    put(src, &format!("{prefix}.input_layernorm.weight"), &[h], g.norm_weight(h));
+    put(src, &format!("{prefix}.post_attention_layernorm.weight"), &[h], g.norm_weight(h));
+}
+
+/// A random Qwen3-shaped target.
+pub fn random_target(spec: &RandomSpec, seed: u64) -> (TransformerConfig, MemorySource) {
+    let mut g = Gen::new(seed, "target");
+    let mut src = MemorySource { label: format!("random-target-{seed}").into(), ..Default::default() };
+    let (v, h) = (spec.vocab, spec.hidden);
+    put(&mut src, "model.embed_tokens.weight", &[v, h], (0..v * h).map(|_| g.normal()).collect());
+    for l in 0..spec.layers {
+        add_layer(&mut src, &mut g, &format!("model.layers.{l}"), spec);
+    }
+    put(&mut src, "model.norm.weight", &[h], g.norm_weight(h));
+    if !spec.tie {
+        put(&mut src, "lm_head.weight", &[v, h], g.matrix(v, h, 3.0));
+    }
+    (spec.config(), src)
+}
+
+/// `src` with every tensor perturbed by relative noise `eps` (a drafter that mostly agrees).
+pub fn perturbed(src: &MemorySource, eps: f32, seed: u64) -> MemorySource {
+    let mut g = Gen::new(seed, "perturb");
+    let mut names: Vec<&String> = src.tensors.keys().collect();
+    names.sort();
+    let mut out = MemorySource { label: format!("{}-perturbed", src.label.display()).into(), ..Default::default() };
+    for name in names {
+        let t = &src.tensors[name];
+        let data: Vec<f32> = t.to_f32().unwrap().iter().map(|x| x * (1.0 + eps * g.normal())).collect();
+        out.tensors.insert(name.clone(), HostTensor::from_f32(t.shape(), &data));
+    }
+    out
+}
