@@ -9,7 +9,8 @@ use dspark_engine::generate::{baseline, GenParams, GenResult};
 use dspark_engine::model::transformer::Transformer;
 use dspark_engine::sampling::SamplingParams;
 use dspark_engine::spec::{decode, Drafter, SpecParams};
-use dspark_engine::testing::{perturbed, random_target, Gen, RandomSpec};
+use dspark_engine::drafters::{dflash_from_parts, dspark_from_parts};
+use dspark_engine::testing::{perturbed, random_dflash, random_dspark, random_target, DrafterSpec, Gen, RandomSpec};
 use dspark_engine::weights::MemorySource;
 
 fn model(spec: &RandomSpec, src: &MemorySource) -> Transformer<CandleBackend> {
@@ -81,4 +82,58 @@ fn draft_model_greedy_equals_baseline() {
     assert_eq!(combos, 72);
     // the self-drafter must exercise long accepted runs, the perturbed one partial ones
     assert!(accepted_runs[0] > 12 && accepted_runs[1] > 6, "{accepted_runs:?}");
+}
+
+fn drafter_spec(spec: &RandomSpec, block: usize, taps: Vec<usize>) -> DrafterSpec {
+    DrafterSpec { layers: 2, block, taps, layer_scale: 0.5, mask_token_id: spec.vocab as u32 - 1 }
+}
+
+#[test]
+fn dspark_greedy_equals_baseline() {
+    let mut combos = 0;
+    let mut long_runs = 0;
+    for seed in 0..4u64 {
+        // weak layers: the target is close to its bigram chain, which the aligned head follows
+        let spec = RandomSpec { layer_scale: 0.15, ..RandomSpec::tiny(64) };
+        let (_, tsrc) = random_target(&spec, 20 + seed);
+        let target = model(&spec, &tsrc);
+        let ds = drafter_spec(&spec, 7, vec![0, 1, 2]);
+        for (k, align) in [Some(4.0f32), None].into_iter().enumerate() {
+            let (cfg, dsrc) = random_dspark(&spec, &tsrc, &ds, align, seed);
+            let mut d = dspark_from_parts(&CandleBackend::cpu(), &cfg, &dsrc, &target).unwrap();
+            for c in cases(seed * 10 + 100 + k as u64, 10, 64) {
+                let base = run_baseline(&target, &c);
+                let sp = run_spec(&target, &mut d, &c);
+                assert_eq!(sp.tokens, base.tokens, "seed {seed} align {align:?} prompt {:?}", c.prompt);
+                assert_eq!(sp.finish_reason, base.finish_reason);
+                if sp.stats.accept_lengths.iter().any(|&a| a >= 4) {
+                    long_runs += 1;
+                }
+                combos += 1;
+            }
+        }
+    }
+    assert_eq!(combos, 80);
+    assert!(long_runs >= 10, "aligned DSpark should accept long runs: {long_runs}");
+}
+
+#[test]
+fn dflash_greedy_equals_baseline() {
+    let mut combos = 0;
+    for seed in 0..4u64 {
+        let spec = RandomSpec::tiny(64);
+        let (_, tsrc) = random_target(&spec, 40 + seed);
+        let target = model(&spec, &tsrc);
+        let ds = DrafterSpec { layer_scale: 3.0, ..drafter_spec(&spec, 8, vec![0, 2]) };
+        let (cfg, dsrc) = random_dflash(&spec, &ds, seed);
+        let mut d = dflash_from_parts(&CandleBackend::cpu(), &cfg, &dsrc, &target).unwrap();
+        for c in cases(seed * 10 + 200, 12, 64) {
+            let base = run_baseline(&target, &c);
+            let sp = run_spec(&target, &mut d, &c);
+            assert_eq!(sp.tokens, base.tokens, "seed {seed} prompt {:?}", c.prompt);
+            assert_eq!(sp.finish_reason, base.finish_reason);
+            combos += 1;
+        }
+    }
+    assert_eq!(combos, 48);
 }

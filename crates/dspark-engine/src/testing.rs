@@ -139,3 +139,88 @@ pub fn perturbed(src: &MemorySource, eps: f32, seed: u64) -> MemorySource {
     }
     out
 }
+
+/// Shape of a random KV-injection drafter (DFlash or DSpark) for a target `RandomSpec`.
+#[derive(Clone, Debug)]
+pub struct DrafterSpec {
+    pub layers: usize,
+    pub block: usize,
+    pub taps: Vec<usize>,
+    pub layer_scale: f32,
+    pub mask_token_id: u32,
+}
+
+fn drafter_config_json(t: &RandomSpec, d: &DrafterSpec) -> serde_json::Value {
+    serde_json::json!({
+        "model_type": "qwen3", "hidden_size": t.hidden, "intermediate_size": t.intermediate,
+        "num_hidden_layers": d.layers, "num_attention_heads": t.heads,
+        "num_key_value_heads": t.kv_heads, "head_dim": t.head_dim, "vocab_size": t.vocab,
+        "rms_norm_eps": 1e-6, "rope_theta": 1_000_000.0, "max_position_embeddings": t.max_positions,
+        "block_size": d.block, "num_target_layers": t.layers,
+        "dflash_config": {"mask_token_id": d.mask_token_id, "target_layer_ids": d.taps, "block_size": d.block},
+    })
+}
+
+fn backbone(t: &RandomSpec, d: &DrafterSpec, g: &mut Gen, label: &str) -> MemorySource {
+    let mut src = MemorySource { label: label.into(), ..Default::default() };
+    let h = t.hidden;
+    put(&mut src, "fc.weight", &[h, d.taps.len() * h], g.matrix(h, d.taps.len() * h, 1.0));
+    put(&mut src, "hidden_norm.weight", &[h], g.norm_weight(h));
+    let ls = RandomSpec { layer_scale: d.layer_scale, ..t.clone() };
+    for l in 0..d.layers {
+        add_layer(&mut src, g, &format!("layers.{l}"), &ls);
+    }
+    put(&mut src, "norm.weight", &[h], g.norm_weight(h));
+    src
+}
+
+/// A random DFlash drafter (shares the target's embedding and head).
+pub fn random_dflash(t: &RandomSpec, d: &DrafterSpec, seed: u64) -> (serde_json::Value, MemorySource) {
+    let mut g = Gen::new(seed, "dflash");
+    (drafter_config_json(t, d), backbone(t, d, &mut g, &format!("random-dflash-{seed}")))
+}
+
+/// A random DSpark drafter with its own embedding/head, a rank-`hidden` Markov head and a
+/// confidence head. With `align = Some(a)`, the Markov bias is `a` times the target's
+/// zero-layer bigram logits (`w1 = a * finalnorm(E)`, `w2 = target head`), so drafts follow the
+/// target when its layers are weak and acceptance is partial-to-high.
+pub fn random_dspark(
+    t: &RandomSpec,
+    target: &MemorySource,
+    d: &DrafterSpec,
+    align: Option<f32>,
+    seed: u64,
+) -> (serde_json::Value, MemorySource) {
+    let mut g = Gen::new(seed, "dspark");
+    let (v, h) = (t.vocab, t.hidden);
+    let mut cfg = drafter_config_json(t, d);
+    let o = cfg.as_object_mut().unwrap();
+    o.remove("dflash_config");
+    o.insert("target_layer_ids".into(), serde_json::json!(d.taps));
+    o.insert("mask_token_id".into(), serde_json::json!(d.mask_token_id));
+    o.insert("markov_rank".into(), serde_json::json!(h));
+    o.insert("enable_confidence_head".into(), serde_json::json!(true));
+    o.insert("confidence_head_with_markov".into(), serde_json::json!(true));
+    let mut src = backbone(t, d, &mut g, &format!("random-dspark-{seed}"));
+    put(&mut src, "embed_tokens.weight", &[v, h], (0..v * h).map(|_| g.normal()).collect());
+    put(&mut src, "lm_head.weight", &[v, h], g.matrix(v, h, 1.0));
+    let (w1, w2) = match align {
+        Some(a) => {
+            let e = target.tensors["model.embed_tokens.weight"].to_f32().unwrap();
+            let gn = target.tensors["model.norm.weight"].to_f32().unwrap();
+            let mut w1 = Vec::with_capacity(v * h);
+            for row in e.chunks_exact(h) {
+                let rms = (row.iter().map(|x| x * x).sum::<f32>() / h as f32 + 1e-6).sqrt();
+                w1.extend(row.iter().zip(&gn).map(|(x, w)| a * x / rms * w));
+            }
+            let head = target.tensors.get("lm_head.weight").unwrap_or(&target.tensors["model.embed_tokens.weight"]);
+            (w1, head.to_f32().unwrap())
+        }
+        None => (g.matrix(v, h, 1.0), g.matrix(v, h, 1.0)),
+    };
+    put(&mut src, "markov_head.markov_w1.weight", &[v, h], w1);
+    put(&mut src, "markov_head.markov_w2.weight", &[v, h], w2);
+    put(&mut src, "confidence_head.proj.weight", &[1, 2 * h], g.matrix(1, 2 * h, 1.0));
+    put(&mut src, "confidence_head.proj.bias", &[1], vec![1.0]);
+    (cfg, src)
+}

@@ -51,6 +51,7 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
 
     fn propose(
         &mut self,
+        _target: &Transformer<B>,
         pending: u32,
         pos: usize,
         max: usize,

@@ -78,7 +78,7 @@ pub fn generate<B: Backend>(
             let pos = cache.len();
             let td = Instant::now();
             let max = spec.max_draft.clamp(1, drafter.block_len());
-            let proposal = drafter.propose(pending, pos, max, spec, &params.sampling, &mut rng)?;
+            let proposal = drafter.propose(target, pending, pos, max, spec, &params.sampling, &mut rng)?;
             stats.draft_secs += td.elapsed().as_secs_f64();
             let drafts = proposal.tokens;
 

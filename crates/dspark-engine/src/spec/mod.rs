@@ -13,6 +13,7 @@ use rand::RngCore;
 
 use crate::backend::Backend;
 use crate::error::EngineError;
+use crate::model::transformer::Transformer;
 use crate::sampling::SamplingParams;
 
 /// The decoding modes the engine offers.
@@ -74,9 +75,11 @@ pub trait Drafter<B: Backend> {
     }
     /// The target prefilled `tokens` at positions `start..`; `taps` holds their fused rows.
     fn prefill(&mut self, tokens: &[u32], start: usize, taps: Option<&B::Tensor>) -> Result<(), EngineError>;
-    /// Drafts up to `max` tokens following `pending`, which sits at position `pos`.
+    /// Drafts up to `max` tokens following `pending`, which sits at position `pos`. Drafters
+    /// that share the target's embedding or LM head read them from `target`.
     fn propose(
         &mut self,
+        target: &Transformer<B>,
         pending: u32,
         pos: usize,
         max: usize,

@@ -1,0 +1,110 @@
+//! DFlash (z-lab): a block-diffusion drafter. The block `[pending, mask x (bs-1)]` runs through
+//! the KV-injection backbone over the target's fused hidden states; rows 1.. go through the
+//! target's LM head, giving `bs - 1` drafts, each chosen independently (no Markov head).
+//! Only accepted positions ever enter the context cache, so a rejection needs no drafter
+//! rollback beyond replacing context rows past the committed length.
+
+use rand::RngCore;
+
+use crate::backend::Backend;
+use crate::error::EngineError;
+use crate::model::kv_injection::KvInjectionNet;
+use crate::model::transformer::Transformer;
+use crate::sampling::{distribution, pick, sample_index, SamplingParams};
+use crate::spec::{Drafter, Proposal, SpecParams};
+
+pub struct DFlash<B: Backend> {
+    net: KvInjectionNet<B>,
+}
+
+impl<B: Backend> DFlash<B> {
+    pub fn new(net: KvInjectionNet<B>) -> Self {
+        DFlash { net }
+    }
+}
+
+/// Picks one token per logits row (independently), recording the draft distributions when
+/// sampling.
+pub(crate) fn choose_rows(
+    logits: &[f32],
+    vocab: usize,
+    sampling: &SamplingParams,
+    rng: &mut dyn RngCore,
+) -> Proposal {
+    let mut tokens = Vec::new();
+    let mut qs = Vec::new();
+    for row in logits.chunks_exact(vocab) {
+        if sampling.is_greedy() {
+            tokens.push(pick(row, sampling, rng));
+        } else {
+            let q = distribution(row, sampling);
+            tokens.push(sample_index(&q, rng));
+            qs.push(q);
+        }
+    }
+    Proposal { tokens, q: (!sampling.is_greedy()).then_some(qs) }
+}
+
+impl<B: Backend> Drafter<B> for DFlash<B> {
+    fn name(&self) -> &'static str {
+        "dflash"
+    }
+
+    fn block_len(&self) -> usize {
+        self.net.cfg.block_size - 1
+    }
+
+    fn taps(&self) -> &[usize] {
+        &self.net.cfg.target_layer_ids
+    }
+
+    fn prefill(&mut self, _tokens: &[u32], start: usize, taps: Option<&B::Tensor>) -> Result<(), EngineError> {
+        let taps = taps.ok_or_else(|| EngineError::Invalid("dflash needs target taps".into()))?;
+        Ok(self.net.append_context(taps, start)?)
+    }
+
+    fn propose(
+        &mut self,
+        target: &Transformer<B>,
+        pending: u32,
+        pos: usize,
+        max: usize,
+        _spec: &SpecParams,
+        sampling: &SamplingParams,
+        rng: &mut dyn RngCore,
+    ) -> Result<Proposal, EngineError> {
+        if self.net.ctx_len() != pos {
+            return Err(EngineError::Invalid(format!(
+                "dflash context holds {} positions, the target {pos}",
+                self.net.ctx_len()
+            )));
+        }
+        let b = target.backend();
+        let bs = self.net.cfg.block_size;
+        let mut block = vec![self.net.cfg.mask_token_id; bs];
+        block[0] = pending;
+        let x = target.embed(&block)?;
+        let h = self.net.block(&x)?;
+        let n = max.min(bs - 1);
+        let rows = b.narrow(&h, 1, 1, n)?;
+        let mut logits = target.lm_head(&rows)?;
+        if let Some(cap) = self.net.cfg.final_logit_softcapping {
+            logits = b.softcap(&logits, cap)?;
+        }
+        let host = b.to_f32_vec(&logits)?;
+        Ok(choose_rows(&host, target.cfg.vocab_size, sampling, rng))
+    }
+
+    fn commit(&mut self, _tokens: &[u32], pos: usize, taps: Option<&B::Tensor>) -> Result<(), EngineError> {
+        let taps = taps.ok_or_else(|| EngineError::Invalid("dflash needs target taps".into()))?;
+        Ok(self.net.append_context(taps, pos)?)
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.net.truncate(len);
+    }
+
+    fn len(&self) -> usize {
+        self.net.ctx_len()
+    }
+}

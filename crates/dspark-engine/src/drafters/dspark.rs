@@ -1,0 +1,230 @@
+//! DSpark (DeepSeek): the KV-injection backbone with the anchor as the first prediction slot
+//! (`[pending, mask x (g-1)]` gives `g` logits rows), its own embedding and LM head, and a
+//! sequential low-rank Markov head: row i's logits get `w2(w1[prev])` added, where `prev` is the
+//! token chosen at row i-1 (the pending token for row 0). An optional confidence head
+//! `sigmoid(proj([h_i; w1[prev_i]]))` truncates the block where the running product of
+//! confidences falls below a threshold (at least one draft is kept).
+
+use rand::RngCore;
+use serde_json::Value;
+
+use crate::backend::Backend;
+use crate::error::EngineError;
+use crate::model::kv_injection::{DrafterConfig, KvInjectionNet};
+use crate::model::layer::{linear, load_err, tensor};
+use crate::model::transformer::Transformer;
+use crate::sampling::{distribution, pick, sample_index, SamplingParams};
+use crate::spec::{Drafter, Proposal, SpecParams};
+use crate::weights::{LoadError, WeightSource};
+
+struct Confidence<B: Backend> {
+    proj: B::Linear,
+    bias: B::Tensor,
+}
+
+pub struct DSpark<B: Backend> {
+    net: KvInjectionNet<B>,
+    /// Own embedding and head; `None` means the target's.
+    embed: Option<B::Tensor>,
+    lm_head: Option<B::Linear>,
+    markov_w1: Option<B::Tensor>,
+    markov_w2: Option<B::Linear>,
+    confidence: Option<Confidence<B>>,
+}
+
+impl<B: Backend> DSpark<B> {
+    pub fn load(
+        b: &B,
+        src: &dyn WeightSource,
+        cfg: DrafterConfig,
+        raw: &Value,
+        target: &Transformer<B>,
+    ) -> Result<Self, EngineError> {
+        let (v, h) = (cfg.vocab_size, cfg.hidden_size);
+        let rank = raw.get("markov_rank").and_then(Value::as_u64).unwrap_or(0) as usize;
+        let embed = if src.contains("embed_tokens.weight") {
+            Some(tensor(b, src, "embed_tokens.weight", &[v, h])?)
+        } else {
+            None
+        };
+        let lm_head = if src.contains("lm_head.weight") {
+            Some(linear(b, src, "lm_head.weight", &[v, h])?)
+        } else {
+            None
+        };
+        if (embed.is_none() || lm_head.is_none()) && h != target.cfg.hidden_size {
+            return Err(EngineError::DrafterMismatch(format!(
+                "drafter without its own embedding/head must match the target hidden size ({} vs {})",
+                h, target.cfg.hidden_size
+            )));
+        }
+        let (markov_w1, markov_w2) = if rank > 0 {
+            (
+                Some(tensor(b, src, "markov_head.markov_w1.weight", &[v, rank])?),
+                Some(linear(b, src, "markov_head.markov_w2.weight", &[v, rank])?),
+            )
+        } else {
+            (None, None)
+        };
+        let conf_on = raw.get("enable_confidence_head").and_then(Value::as_bool).unwrap_or(false);
+        let confidence = if conf_on && src.contains("confidence_head.proj.weight") {
+            let with_markov =
+                raw.get("confidence_head_with_markov").and_then(Value::as_bool).unwrap_or(true) && rank > 0;
+            let width = if with_markov { h + rank } else { h };
+            let proj = linear(b, src, "confidence_head.proj.weight", &[1, width])?;
+            let bias = if src.contains("confidence_head.proj.bias") {
+                tensor(b, src, "confidence_head.proj.bias", &[1])?
+            } else {
+                b.zeros(&[1]).map_err(|e| load_err(src, "confidence_head.proj.bias", e))?
+            };
+            Some(Confidence { proj, bias })
+        } else {
+            None
+        };
+        let net = KvInjectionNet::load(b, src, cfg, target.cfg.hidden_size).map_err(|e: LoadError| e)?;
+        Ok(DSpark { net, embed, lm_head, markov_w1, markov_w2, confidence })
+    }
+
+    /// `w2(w1[prev])`, the Markov bias for the row after `prev`.
+    fn markov_bias(&self, b: &B, prev: u32) -> Result<Option<Vec<f32>>, EngineError> {
+        match (&self.markov_w1, &self.markov_w2) {
+            (Some(w1), Some(w2)) => {
+                let e = b.embedding(w1, &b.from_u32(&[prev], &[1])?)?;
+                Ok(Some(b.to_f32_vec(&b.matmul(&e, w2)?)?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Confidence of each kept row given its previous token.
+    fn confidences(&self, b: &B, hidden: &B::Tensor, prevs: &[u32]) -> Result<Option<Vec<f32>>, EngineError> {
+        let Some(c) = &self.confidence else { return Ok(None) };
+        let n = prevs.len();
+        let h = b.reshape(hidden, &[n, self.net.cfg.hidden_size])?;
+        let input = match &self.markov_w1 {
+            Some(w1) if b.dims(hidden).last() != Some(&0) => {
+                let e = b.embedding(w1, &b.from_u32(prevs, &[n])?)?;
+                let width = b.dims(&e)[1] + self.net.cfg.hidden_size;
+                let cat = b.concat(&[&h, &e], 1)?;
+                // the head was built for [h; w1[prev]] only when its width says so
+                if b.dims(&cat)[1] == width { cat } else { h }
+            }
+            _ => h,
+        };
+        let logit = b.add(&b.matmul(&input, &c.proj)?, &c.bias)?;
+        Ok(Some(b.to_f32_vec(&b.sigmoid(&logit)?)?))
+    }
+}
+
+impl<B: Backend> Drafter<B> for DSpark<B> {
+    fn name(&self) -> &'static str {
+        "dspark"
+    }
+
+    fn block_len(&self) -> usize {
+        self.net.cfg.block_size
+    }
+
+    fn taps(&self) -> &[usize] {
+        &self.net.cfg.target_layer_ids
+    }
+
+    fn prefill(&mut self, _tokens: &[u32], start: usize, taps: Option<&B::Tensor>) -> Result<(), EngineError> {
+        let taps = taps.ok_or_else(|| EngineError::Invalid("dspark needs target taps".into()))?;
+        Ok(self.net.append_context(taps, start)?)
+    }
+
+    fn propose(
+        &mut self,
+        target: &Transformer<B>,
+        pending: u32,
+        pos: usize,
+        max: usize,
+        spec: &SpecParams,
+        sampling: &SamplingParams,
+        rng: &mut dyn RngCore,
+    ) -> Result<Proposal, EngineError> {
+        if self.net.ctx_len() != pos {
+            return Err(EngineError::Invalid(format!(
+                "dspark context holds {} positions, the target {pos}",
+                self.net.ctx_len()
+            )));
+        }
+        let b = target.backend();
+        let g = self.net.cfg.block_size;
+        let mut block = vec![self.net.cfg.mask_token_id; g];
+        block[0] = pending;
+        let ids = b.from_u32(&block, &[1, g])?;
+        let x = match &self.embed {
+            Some(e) => b.embedding(e, &ids)?,
+            None => target.embed(&block)?,
+        };
+        let h = self.net.block(&x)?;
+        let n = max.min(g);
+        let rows = b.narrow(&h, 1, 0, n)?;
+        let mut logits = match &self.lm_head {
+            Some(w) => b.matmul(&rows, w)?,
+            None => target.lm_head(&rows)?,
+        };
+        if let Some(cap) = self.net.cfg.final_logit_softcapping {
+            logits = b.softcap(&logits, cap)?;
+        }
+        let host = b.to_f32_vec(&logits)?;
+        let vocab = target.cfg.vocab_size;
+        let mut tokens = Vec::with_capacity(n);
+        let mut qs = Vec::new();
+        let mut prev = pending;
+        let mut prevs = Vec::with_capacity(n);
+        for row in host.chunks_exact(vocab) {
+            let mut row = row.to_vec();
+            if let Some(bias) = self.markov_bias(b, prev)? {
+                for (x, y) in row.iter_mut().zip(bias) {
+                    *x += y;
+                }
+            }
+            let d = if sampling.is_greedy() {
+                pick(&row, sampling, rng)
+            } else {
+                let q = distribution(&row, sampling);
+                let d = sample_index(&q, rng);
+                qs.push(q);
+                d
+            };
+            prevs.push(prev);
+            tokens.push(d);
+            prev = d;
+        }
+        if spec.confidence_threshold > 0.0 {
+            if let Some(c) = self.confidences(b, &rows, &prevs)? {
+                let mut keep = 1;
+                let mut prod = c[0];
+                for &ci in &c[1..] {
+                    prod *= ci;
+                    if prod < spec.confidence_threshold {
+                        break;
+                    }
+                    keep += 1;
+                }
+                if c[0] < spec.confidence_threshold {
+                    keep = 1;
+                }
+                tokens.truncate(keep);
+                qs.truncate(keep);
+            }
+        }
+        Ok(Proposal { tokens, q: (!sampling.is_greedy()).then_some(qs) })
+    }
+
+    fn commit(&mut self, _tokens: &[u32], pos: usize, taps: Option<&B::Tensor>) -> Result<(), EngineError> {
+        let taps = taps.ok_or_else(|| EngineError::Invalid("dspark needs target taps".into()))?;
+        Ok(self.net.append_context(taps, pos)?)
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.net.truncate(len);
+    }
+
+    fn len(&self) -> usize {
+        self.net.ctx_len()
+    }
+}
