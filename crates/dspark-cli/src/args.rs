@@ -34,3 +34,20 @@ pub struct SamplingArgs {
     #[arg(long)]
     pub seed: Option<u64>,
 }
+
+#[derive(Args, Clone, Debug)]
+pub struct SpecArgs {
+    /// Decoding mode: baseline, dspark, dflash or draft.
+    #[arg(long, default_value = "baseline", value_parser = ["baseline", "dspark", "dflash", "draft"])]
+    pub mode: String,
+    /// Drafter directory (DSpark/DFlash) or small model (draft). `--model demo` has a default
+    /// draft-model drafter: the same GGUF kept quantized.
+    #[arg(long)]
+    pub drafter: Option<String>,
+    /// Drafts verified per round (default: full block for dspark/dflash, 4 for draft).
+    #[arg(long)]
+    pub max_draft: Option<usize>,
+    /// DSpark confidence truncation threshold (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub confidence_threshold: f32,
+}

@@ -7,13 +7,13 @@ use clap::Args;
 use dspark_engine::backend::Backend;
 use dspark_engine::chat_template::ChatOptions;
 use dspark_engine::generate::text::TextSink;
-use dspark_engine::generate::{baseline, GenParams, GenResult};
+use dspark_engine::generate::{GenParams, GenResult};
 use dspark_engine::load::{load_model, LoadedModel};
 use dspark_engine::sampling::SamplingParams;
 use serde_json::json;
 
-use crate::args::{ModelArgs, SamplingArgs};
-use crate::model_arg::{backend, resolve_model};
+use crate::args::{ModelArgs, SamplingArgs, SpecArgs};
+use crate::model_arg::{backend, build_pipeline, resolve_model};
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
@@ -35,9 +35,8 @@ pub struct GenerateArgs {
     /// Stop strings (repeatable).
     #[arg(long)]
     pub stop: Vec<String>,
-    /// Decoding mode.
-    #[arg(long, default_value = "baseline", value_parser = ["baseline"])]
-    pub mode: String,
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }
 
 pub fn run(a: GenerateArgs) -> Result<()> {
@@ -45,6 +44,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     let b = backend(&a.model.device, a.model.dtype.as_deref(), a.model.keep_quantized)?;
     let lm = load_model(&b, &path, None).with_context(|| format!("loading {}", path.display()))?;
     let prompt = encode_prompt(&lm, &a)?;
+    let mut pipe = build_pipeline(&a.model, &a.spec, lm, &b)?;
     let params = GenParams {
         max_new_tokens: a.sampling.max_tokens,
         sampling: SamplingParams {
@@ -53,18 +53,18 @@ pub fn run(a: GenerateArgs) -> Result<()> {
             top_k: a.sampling.top_k,
             seed: a.sampling.seed,
         },
-        eos: lm.eos_ids(),
+        eos: pipe.target.eos_ids(),
     };
+    let tokenizer = pipe.target.tokenizer.clone();
     let mut out = std::io::stdout();
-    let mut sink = TextSink::new(&lm.tokenizer, a.stop.clone(), |s: &str| {
+    let mut sink = TextSink::new(&tokenizer, a.stop.clone(), |s: &str| {
         let _ = out.write_all(s.as_bytes());
         let _ = out.flush();
     });
-    let mut cache = lm.model.new_cache();
-    let r = baseline::generate(&lm.model, &mut cache, &prompt, &params, &mut sink)?;
+    let r = pipe.generate(&prompt, &params, &mut sink)?;
     let (_text, _stopped) = sink.finish();
     println!();
-    eprintln!("{}", stats_line(&r, &a.mode));
+    eprintln!("{}", stats_line(&r, pipe.mode.as_str()));
     Ok(())
 }
 
@@ -95,7 +95,7 @@ pub fn encode_prompt<B: Backend>(lm: &LoadedModel<B>, a: &GenerateArgs) -> Resul
 pub fn stats_line(r: &GenResult, mode: &str) -> String {
     let s = &r.stats;
     format!(
-        "[{mode}] {} tokens · {:.2} s · {:.1} tok/s (decode {:.1} tok/s, prefill {} tok at {:.1} tok/s) · accept {:.2}/round · {} target fwds · finish {}",
+        "[{mode}] {} tokens · {:.2} s · {:.1} tok/s (decode {:.1} tok/s, prefill {} tok at {:.1} tok/s) · accept {:.2}/round · {} target fwds · draft {:.0} ms · verify {:.0} ms · finish {}",
         r.num_tokens(),
         s.prefill_secs + s.decode_secs,
         r.tokens_per_sec(),
@@ -104,6 +104,8 @@ pub fn stats_line(r: &GenResult, mode: &str) -> String {
         r.prefill_tokens_per_sec(),
         r.mean_accept_len(),
         s.target_forwards,
+        s.draft_secs * 1e3,
+        s.verify_secs * 1e3,
         r.finish_reason.as_str()
     )
 }

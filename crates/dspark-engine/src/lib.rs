@@ -8,6 +8,7 @@ pub mod generate;
 pub mod kv;
 pub mod load;
 pub mod model;
+pub mod pipeline;
 pub mod sampling;
 pub mod spec;
 pub mod testing;

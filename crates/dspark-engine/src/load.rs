@@ -11,7 +11,7 @@ use crate::tokenizer::Tokenizer;
 
 pub struct LoadedModel<B: Backend> {
     pub model: Transformer<B>,
-    pub tokenizer: Tokenizer,
+    pub tokenizer: std::sync::Arc<Tokenizer>,
     pub path: PathBuf,
 }
 
@@ -41,5 +41,5 @@ pub fn load_model<B: Backend>(
     }
     .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
     let model = Transformer::load(backend, ck.cfg, ck.source.as_ref())?;
-    Ok(LoadedModel { model, tokenizer, path: path.to_path_buf() })
+    Ok(LoadedModel { model, tokenizer: std::sync::Arc::new(tokenizer), path: path.to_path_buf() })
 }
