@@ -1,5 +1,7 @@
 //! Helpers shared by the cross-crate tests: fixture paths and golden-file loading.
 
+pub mod stats;
+
 use std::path::PathBuf;
 
 /// `tests/fixtures/...` inside the repository.

@@ -22,6 +22,8 @@ pub struct RandomSpec {
     pub layer_scale: f32,
     pub tie: bool,
     pub max_positions: usize,
+    /// Init scale of the LM head: larger makes next-token distributions peakier.
+    pub head_scale: f32,
 }
 
 impl RandomSpec {
@@ -37,6 +39,7 @@ impl RandomSpec {
             layer_scale: 0.5,
             tie: false,
             max_positions: 1024,
+            head_scale: 3.0,
         }
     }
 
@@ -121,7 +124,7 @@ pub fn random_target(spec: &RandomSpec, seed: u64) -> (TransformerConfig, Memory
     }
     put(&mut src, "model.norm.weight", &[h], g.norm_weight(h));
     if !spec.tie {
-        put(&mut src, "lm_head.weight", &[v, h], g.matrix(v, h, 3.0));
+        put(&mut src, "lm_head.weight", &[v, h], g.matrix(v, h, spec.head_scale));
     }
     (spec.config(), src)
 }

@@ -30,8 +30,21 @@ pub struct CandleBackend {
     keep_quantized: bool,
 }
 
+/// candle asks the OS for the CPU count on every parallel op unless `RAYON_NUM_THREADS` is
+/// set (a cgroup file read each time); pin it once per process.
+fn pin_thread_count() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+            let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+            std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+        }
+    });
+}
+
 impl CandleBackend {
     pub fn cpu() -> Self {
+        pin_thread_count();
         CandleBackend { device: Device::Cpu, dtype: DType::F32, keep_quantized: false }
     }
 

@@ -20,6 +20,8 @@ use crate::weights::{LoadError, WeightSource};
 struct Confidence<B: Backend> {
     proj: B::Linear,
     bias: B::Tensor,
+    /// Input is `[h; w1[prev]]` (else `h` alone).
+    with_markov: bool,
 }
 
 pub struct DSpark<B: Backend> {
@@ -77,7 +79,7 @@ impl<B: Backend> DSpark<B> {
             } else {
                 b.zeros(&[1]).map_err(|e| load_err(src, "confidence_head.proj.bias", e))?
             };
-            Some(Confidence { proj, bias })
+            Some(Confidence { proj, bias, with_markov })
         } else {
             None
         };
@@ -101,13 +103,10 @@ impl<B: Backend> DSpark<B> {
         let Some(c) = &self.confidence else { return Ok(None) };
         let n = prevs.len();
         let h = b.reshape(hidden, &[n, self.net.cfg.hidden_size])?;
-        let input = match &self.markov_w1 {
-            Some(w1) if b.dims(hidden).last() != Some(&0) => {
+        let input = match (&self.markov_w1, c.with_markov) {
+            (Some(w1), true) => {
                 let e = b.embedding(w1, &b.from_u32(prevs, &[n])?)?;
-                let width = b.dims(&e)[1] + self.net.cfg.hidden_size;
-                let cat = b.concat(&[&h, &e], 1)?;
-                // the head was built for [h; w1[prev]] only when its width says so
-                if b.dims(&cat)[1] == width { cat } else { h }
+                b.concat(&[&h, &e], 1)?
             }
             _ => h,
         };
