@@ -21,4 +21,8 @@ pub enum EngineError {
     DrafterMismatch(String),
     #[error("generation cancelled")]
     Cancelled,
+    #[error("the request queue is full")]
+    QueueFull,
+    #[error("the engine worker has stopped")]
+    WorkerGone,
 }

@@ -9,10 +9,12 @@ pub mod kv;
 pub mod load;
 pub mod model;
 pub mod pipeline;
+pub mod queue;
 pub mod sampling;
 pub mod spec;
 pub mod testing;
 pub mod weights;
+pub mod worker;
 
 pub use error::EngineError;
 pub mod chat_template;
