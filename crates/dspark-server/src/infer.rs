@@ -1,0 +1,198 @@
+//! Between validation and the engine: prepares the prompt on a blocking thread, picks
+//! `max_tokens`, submits the job with a callback that forwards events into a tokio channel
+//! (a dropped receiver = client gone = cancel), and post-processes text into reasoning,
+//! content and tool calls. Knows no HTTP.
+
+use std::sync::Arc;
+
+use dspark_engine::worker::{Event, JobParams, Prompt, Summary};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+use crate::engine::Engine;
+use crate::error::ApiError;
+use crate::thinking::{prompt_opens_thinking, ThinkSplitter};
+use crate::tools::{Piece, ToolCall, ToolParser};
+use crate::validate::{Kind, ToolMode, ValidRequest};
+
+/// A generation that was accepted by the engine.
+pub struct Generation {
+    pub rx: UnboundedReceiver<Event>,
+    pub prompt_tokens: usize,
+    /// The rendered prompt leaves the model inside `<think>`.
+    pub starts_in_thinking: bool,
+}
+
+/// Prepares and submits `req`. Errors: 400 (context, template), 429 (queue full), 500.
+pub async fn start(
+    engine: &Arc<dyn Engine>,
+    req: &ValidRequest,
+    default_max: usize,
+) -> Result<Generation, ApiError> {
+    let e = engine.clone();
+    let prompt: Prompt = req.prompt.clone();
+    let asked = req.max_tokens;
+    let prep = tokio::task::spawn_blocking(move || e.prepare(&prompt, asked.unwrap_or(0)))
+        .await
+        .map_err(|join| {
+            let id = crate::openai::random_hex(12);
+            tracing::error!(request = %id, "prepare task failed: {join}");
+            ApiError::Internal { id }
+        })?
+        .map_err(ApiError::from_engine)?;
+    let ctx = engine.info().context_len;
+    let max_new = match asked {
+        Some(n) => n,
+        None => default_max.min(ctx.saturating_sub(prep.ids.len())),
+    };
+    if max_new == 0 {
+        return Err(ApiError::ContextOverflow {
+            prompt: prep.ids.len(),
+            max_new: 1,
+            max: ctx,
+        });
+    }
+    let params = JobParams {
+        max_new_tokens: max_new,
+        sampling: req.sampling,
+        stop: req.stop.clone(),
+    };
+    let (tx, rx) = unbounded_channel();
+    let prompt_tokens = prep.ids.len();
+    let starts_in_thinking = req.kind == Kind::Chat && prompt_opens_thinking(&prep.text);
+    engine
+        .submit(prep.ids, params, Box::new(move |ev| tx.send(ev).is_ok()))
+        .map_err(ApiError::from_engine)?;
+    Ok(Generation {
+        rx,
+        prompt_tokens,
+        starts_in_thinking,
+    })
+}
+
+/// One piece of post-processed output.
+#[derive(Debug, PartialEq)]
+pub enum Out {
+    Reasoning(String),
+    Content(String),
+    Call(ToolCall),
+}
+
+/// Text → reasoning / content / tool calls, incrementally. Completions pass text through.
+pub struct PostProcessor {
+    think: Option<ThinkSplitter>,
+    tools: Option<ToolParser>,
+}
+
+impl PostProcessor {
+    pub fn new(req: &ValidRequest, starts_in_thinking: bool) -> Self {
+        let chat = req.kind == Kind::Chat;
+        PostProcessor {
+            think: chat.then(|| ThinkSplitter::new(starts_in_thinking)),
+            tools: (chat && req.tools == ToolMode::On).then(ToolParser::new),
+        }
+    }
+
+    pub fn push(&mut self, text: &str) -> Vec<Out> {
+        self.step(text, false)
+    }
+
+    pub fn finish(&mut self) -> Vec<Out> {
+        self.step("", true)
+    }
+
+    fn step(&mut self, text: &str, last: bool) -> Vec<Out> {
+        let mut out = Vec::new();
+        let (reasoning, content) = match &mut self.think {
+            None => (String::new(), text.to_owned()),
+            Some(t) => {
+                let mut s = t.push(text);
+                if last {
+                    let f = t.finish();
+                    s.reasoning += &f.reasoning;
+                    s.content += &f.content;
+                }
+                (s.reasoning, s.content)
+            }
+        };
+        if !reasoning.is_empty() {
+            out.push(Out::Reasoning(reasoning));
+        }
+        match &mut self.tools {
+            None => {
+                if !content.is_empty() {
+                    out.push(Out::Content(content));
+                }
+            }
+            Some(p) => {
+                let mut pieces = p.push(&content);
+                if last {
+                    pieces.extend(p.finish());
+                }
+                for piece in pieces {
+                    out.push(match piece {
+                        Piece::Text(t) => Out::Content(t),
+                        Piece::Call(c) => Out::Call(c),
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A whole generation, collected (non-streaming responses).
+pub struct Collected {
+    pub reasoning: String,
+    pub content: String,
+    pub calls: Vec<ToolCall>,
+    pub summary: Summary,
+    pub queued_secs: f64,
+}
+
+/// Awaits the end of `g`, post-processing its text.
+pub async fn collect(mut g: Generation, req: &ValidRequest) -> Result<Collected, ApiError> {
+    let mut post = PostProcessor::new(req, g.starts_in_thinking);
+    let mut outs = Vec::new();
+    let mut queued_secs = 0.0;
+    let summary = loop {
+        match g.rx.recv().await {
+            Some(Event::Started { queued_secs: q }) => queued_secs = q,
+            Some(Event::Delta { text, .. }) => outs.extend(post.push(&text)),
+            Some(Event::Done(s)) => break s,
+            Some(Event::Error(e)) => return Err(ApiError::from_engine(e)),
+            None => {
+                return Err(ApiError::from_engine(
+                    dspark_engine::EngineError::WorkerGone,
+                ))
+            }
+        }
+    };
+    outs.extend(post.finish());
+    let mut c = Collected {
+        reasoning: String::new(),
+        content: String::new(),
+        calls: vec![],
+        summary,
+        queued_secs,
+    };
+    for o in outs {
+        match o {
+            Out::Reasoning(r) => c.reasoning.push_str(&r),
+            Out::Content(t) => c.content.push_str(&t),
+            Out::Call(call) => c.calls.push(call),
+        }
+    }
+    Ok(c)
+}
+
+/// OpenAI's finish_reason.
+pub fn finish_reason(s: &Summary, has_calls: bool) -> &'static str {
+    if has_calls {
+        "tool_calls"
+    } else {
+        match s.finish_reason {
+            dspark_engine::generate::FinishReason::Length => "length",
+            _ => "stop",
+        }
+    }
+}

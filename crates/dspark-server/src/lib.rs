@@ -1,0 +1,124 @@
+//! dspark's OpenAI-compatible HTTP server (axum): routes, validation, SSE, tool-call and
+//! reasoning extraction, auth/CORS and metrics. [`app`] builds the router without sockets;
+//! [`serve`] runs it on a listener. Only this crate knows HTTP; it never touches tensors.
+
+pub mod engine;
+pub mod error;
+pub mod infer;
+pub mod middleware;
+pub mod openai;
+pub mod routes;
+pub mod scripted;
+pub mod sse;
+pub mod thinking;
+pub mod tools;
+pub mod validate;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+
+pub use engine::Engine;
+pub use middleware::Cors;
+use routes::metrics::Metrics;
+pub use validate::Limits;
+
+/// Server settings (from `dspark serve` flags).
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// The id reported by `/v1/models` and echoed when a request names no model.
+    pub model_id: String,
+    pub api_key: Option<String>,
+    pub cors: Cors,
+    pub limits: Limits,
+    pub max_body_bytes: usize,
+    /// Interval of SSE keep-alive comments.
+    pub keep_alive: Duration,
+    /// Unix time reported as the model's `created`.
+    pub created: u64,
+}
+
+impl ServerConfig {
+    pub fn new(model_id: impl Into<String>) -> Self {
+        ServerConfig {
+            model_id: model_id.into(),
+            api_key: None,
+            cors: Cors::Local(vec![]),
+            limits: Limits::default(),
+            max_body_bytes: 8 << 20,
+            keep_alive: Duration::from_secs(15),
+            created: openai::unix_now(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Arc<dyn Engine>,
+    pub cfg: Arc<ServerConfig>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl AppState {
+    pub fn new(engine: Arc<dyn Engine>, cfg: ServerConfig) -> Self {
+        AppState {
+            engine,
+            cfg: Arc::new(cfg),
+            metrics: Arc::default(),
+        }
+    }
+}
+
+/// The API router with the default page at `/`.
+pub fn app(state: AppState) -> Router {
+    let root = Router::new()
+        .route("/", get(routes::health::index))
+        .with_state(state.clone());
+    app_with_ui(state, root)
+}
+
+/// The API router; requests matching no API route go to `ui` (the web UI hook: it serves
+/// `/` and its assets, and should answer unknown paths itself). Auth and CORS cover `ui` too.
+pub fn app_with_ui(state: AppState, ui: Router) -> Router {
+    let ui = ui.fallback(routes::health::not_found);
+    let api = Router::new()
+        .route("/v1/chat/completions", post(routes::chat::handler))
+        .route("/chat/completions", post(routes::chat::handler))
+        .route("/v1/completions", post(routes::completions::handler))
+        .route("/completions", post(routes::completions::handler))
+        .route("/v1/models", get(routes::models::list))
+        .route("/models", get(routes::models::list))
+        .route("/v1/models/{id}", get(routes::models::get))
+        .route("/health", get(routes::health::health))
+        .route("/metrics", get(routes::metrics::handler))
+        .method_not_allowed_fallback(routes::health::method_not_allowed)
+        .fallback_service(ui)
+        .layer(DefaultBodyLimit::max(state.cfg.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            middleware::auth,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            middleware::cors,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            middleware::count_status,
+        ));
+    api.with_state(state)
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -1,0 +1,72 @@
+//! `POST /v1/chat/completions` (and `/chat/completions`): chat in OpenAI's shape, whole or
+//! streamed, with reasoning_content, tool calls, usage and x_dspark.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use crate::error::ApiError;
+use crate::infer::{collect, finish_reason, start};
+use crate::openai::{
+    random_hex, unix_now, AssistantMessage, ChatChoice, ChatCompletion, Usage, WireToolCall,
+    XDspark,
+};
+use crate::sse::{respond, StreamMeta};
+use crate::validate::{parse_body, Kind};
+use crate::AppState;
+
+pub async fn handler(
+    State(st): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let bytes = super::body_bytes(body, st.cfg.max_body_bytes)?;
+    let req = parse_body(&bytes, Kind::Chat, &st.cfg.limits)?;
+    let g = start(&st.engine, &req, st.cfg.limits.default_max_tokens).await?;
+    let id = format!("chatcmpl-{}", random_hex(12));
+    let model = req.model.clone().unwrap_or_else(|| st.cfg.model_id.clone());
+    let mode = st.engine.info().mode.clone();
+    if req.stream {
+        let meta = StreamMeta {
+            id,
+            created: unix_now(),
+            model,
+            mode,
+            include_usage: req.include_usage,
+            kind: Kind::Chat,
+        };
+        return Ok(respond(g, &req, meta, st.metrics.clone(), st.cfg.keep_alive).into_response());
+    }
+    let c = collect(g, &req).await?;
+    st.metrics.record(&c.summary);
+    let has_calls = !c.calls.is_empty();
+    let content = if has_calls {
+        Some(c.content.trim().to_owned()).filter(|s| !s.is_empty())
+    } else {
+        Some(c.content)
+    };
+    let tool_calls =
+        has_calls.then(|| c.calls.iter().map(|t| WireToolCall::new(t, None)).collect());
+    let message = AssistantMessage {
+        role: "assistant",
+        content,
+        reasoning_content: Some(c.reasoning).filter(|r| !r.is_empty()),
+        tool_calls,
+    };
+    let resp = ChatCompletion {
+        id,
+        object: "chat.completion",
+        created: unix_now(),
+        model,
+        choices: vec![ChatChoice {
+            index: 0,
+            message,
+            logprobs: None,
+            finish_reason: finish_reason(&c.summary, has_calls),
+        }],
+        usage: Usage::from_summary(&c.summary),
+        x_dspark: XDspark::from_summary(&mode, &c.summary, c.queued_secs),
+    };
+    Ok(Json(resp).into_response())
+}

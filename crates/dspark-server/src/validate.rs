@@ -1,0 +1,636 @@
+//! Request validation: raw JSON → [`ValidRequest`]. Each rule has its own `ValidationError`
+//! naming the offending `param`. Unknown fields are ignored; nothing here panics on any input.
+
+use dspark_engine::chat_template::ChatOptions;
+use dspark_engine::sampling::SamplingParams;
+use dspark_engine::worker::Prompt;
+use serde_json::{Map, Value as Json};
+
+/// Server-wide settings that shape validation.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// `max_tokens` when the request gives none (capped by the context left).
+    pub default_max_tokens: usize,
+    /// Thinking default of the template (`--no-thinking` sets false).
+    pub thinking: bool,
+    pub max_stops: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            default_max_tokens: 2048,
+            thinking: true,
+            max_stops: 16,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ValidationError {
+    #[error("the body is not valid JSON: {0}")]
+    Json(String),
+    #[error("the body must be a JSON object")]
+    NotObject,
+    #[error("`{param}` is required")]
+    Missing { param: String },
+    #[error("`{param}` must be {expected}")]
+    Type {
+        param: String,
+        expected: &'static str,
+    },
+    #[error("`{param}` must be {rule}")]
+    Range { param: String, rule: &'static str },
+    #[error("`{param}`: {msg}")]
+    Unsupported { param: String, msg: &'static str },
+}
+
+impl ValidationError {
+    pub fn param(&self) -> Option<&str> {
+        match self {
+            ValidationError::Json(_) | ValidationError::NotObject => None,
+            ValidationError::Missing { param }
+            | ValidationError::Type { param, .. }
+            | ValidationError::Range { param, .. }
+            | ValidationError::Unsupported { param, .. } => Some(param),
+        }
+    }
+    pub fn code(&self) -> &'static str {
+        match self {
+            ValidationError::Json(_) | ValidationError::NotObject => "invalid_json",
+            ValidationError::Missing { .. } => "missing_required_parameter",
+            ValidationError::Type { .. } => "invalid_type",
+            ValidationError::Range { .. } => "invalid_value",
+            ValidationError::Unsupported { .. } => "unsupported_parameter",
+        }
+    }
+}
+
+type VResult<T> = Result<T, ValidationError>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Chat,
+    Completion,
+}
+
+/// What the client wants done with tools.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToolMode {
+    /// No tools offered (or `tool_choice: "none"`): no parsing.
+    Off,
+    /// Tools offered to the template and tool calls parsed from the output.
+    On,
+}
+
+/// A request that passed validation.
+#[derive(Clone, Debug)]
+pub struct ValidRequest {
+    pub kind: Kind,
+    /// Echoed back as `model`.
+    pub model: Option<String>,
+    pub prompt: Prompt,
+    /// `None`: the server default, capped by the context left.
+    pub max_tokens: Option<usize>,
+    pub sampling: SamplingParams,
+    pub stop: Vec<String>,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub tools: ToolMode,
+}
+
+/// Parses the body bytes of a chat or completions request.
+pub fn parse_body(bytes: &[u8], kind: Kind, limits: &Limits) -> VResult<ValidRequest> {
+    let v: Json =
+        serde_json::from_slice(bytes).map_err(|e| ValidationError::Json(e.to_string()))?;
+    let obj = v.as_object().ok_or(ValidationError::NotObject)?;
+    validate(obj, kind, limits)
+}
+
+fn ty(param: &str, expected: &'static str) -> ValidationError {
+    ValidationError::Type {
+        param: param.into(),
+        expected,
+    }
+}
+
+/// A present, non-null field.
+fn field<'a>(o: &'a Map<String, Json>, k: &str) -> Option<&'a Json> {
+    o.get(k).filter(|v| !v.is_null())
+}
+
+fn opt_str(o: &Map<String, Json>, k: &str) -> VResult<Option<String>> {
+    field(o, k)
+        .map(|v| {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| ty(k, "a string"))
+        })
+        .transpose()
+}
+
+fn opt_bool(o: &Map<String, Json>, k: &str) -> VResult<Option<bool>> {
+    field(o, k)
+        .map(|v| v.as_bool().ok_or_else(|| ty(k, "a boolean")))
+        .transpose()
+}
+
+fn opt_f32(
+    o: &Map<String, Json>,
+    k: &str,
+    lo: f64,
+    hi: f64,
+    rule: &'static str,
+) -> VResult<Option<f32>> {
+    let Some(v) = field(o, k) else {
+        return Ok(None);
+    };
+    let x = v.as_f64().ok_or_else(|| ty(k, "a number"))?;
+    if !(lo..=hi).contains(&x) {
+        return Err(ValidationError::Range {
+            param: k.into(),
+            rule,
+        });
+    }
+    Ok(Some(x as f32))
+}
+
+fn opt_uint(o: &Map<String, Json>, k: &str) -> VResult<Option<u64>> {
+    let Some(v) = field(o, k) else {
+        return Ok(None);
+    };
+    match v.as_u64() {
+        Some(n) => Ok(Some(n)),
+        None if v.as_i64().is_some() => Err(ValidationError::Range {
+            param: k.into(),
+            rule: "a non-negative integer",
+        }),
+        None => Err(ty(k, "an integer")),
+    }
+}
+
+pub fn validate(o: &Map<String, Json>, kind: Kind, limits: &Limits) -> VResult<ValidRequest> {
+    let model = opt_str(o, "model")?;
+    let mut max_tokens = None;
+    for k in ["max_completion_tokens", "max_tokens"] {
+        if let Some(n) = opt_uint(o, k)? {
+            if n == 0 {
+                return Err(ValidationError::Range {
+                    param: k.into(),
+                    rule: "at least 1",
+                });
+            }
+            max_tokens = Some(usize::try_from(n).unwrap_or(usize::MAX));
+        }
+    }
+    let temperature = opt_f32(o, "temperature", 0.0, 2.0, "between 0 and 2")?.unwrap_or(0.0);
+    let top_p = opt_f32(o, "top_p", f64::MIN_POSITIVE, 1.0, "in (0, 1]")?.unwrap_or(1.0);
+    let top_k = opt_uint(o, "top_k")?.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
+    let seed = match field(o, "seed") {
+        None => None,
+        Some(v) => Some(
+            v.as_u64()
+                .or_else(|| v.as_i64().map(|i| i as u64))
+                .ok_or_else(|| ty("seed", "an integer"))?,
+        ),
+    };
+    if let Some(n) = opt_uint(o, "n")? {
+        if n != 1 {
+            return Err(ValidationError::Unsupported {
+                param: "n".into(),
+                msg: "only n = 1 is supported",
+            });
+        }
+    }
+    let stop = parse_stop(o, limits)?;
+    let stream = opt_bool(o, "stream")?.unwrap_or(false);
+    let include_usage = match field(o, "stream_options") {
+        None => false,
+        Some(Json::Object(so)) => opt_bool(so, "include_usage")
+            .map_err(|_| ty("stream_options.include_usage", "a boolean"))?
+            .unwrap_or(false),
+        Some(_) => return Err(ty("stream_options", "an object")),
+    };
+    let sampling = SamplingParams {
+        temperature,
+        top_p,
+        top_k,
+        seed,
+    };
+    let (prompt, tools) = match kind {
+        Kind::Chat => chat_prompt(o, limits)?,
+        Kind::Completion => (Prompt::Text(completion_prompt(o)?), ToolMode::Off),
+    };
+    Ok(ValidRequest {
+        kind,
+        model,
+        prompt,
+        max_tokens,
+        sampling,
+        stop,
+        stream,
+        include_usage,
+        tools,
+    })
+}
+
+fn parse_stop(o: &Map<String, Json>, limits: &Limits) -> VResult<Vec<String>> {
+    let stops = match field(o, "stop") {
+        None => vec![],
+        Some(Json::String(s)) => vec![s.clone()],
+        Some(Json::Array(a)) => a
+            .iter()
+            .map(|s| {
+                s.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| ty("stop", "a string or a list of strings"))
+            })
+            .collect::<VResult<_>>()?,
+        Some(_) => return Err(ty("stop", "a string or a list of strings")),
+    };
+    if stops.len() > limits.max_stops {
+        return Err(ValidationError::Range {
+            param: "stop".into(),
+            rule: "at most 16 strings",
+        });
+    }
+    Ok(stops)
+}
+
+fn completion_prompt(o: &Map<String, Json>) -> VResult<String> {
+    let expected = "a string or a list of one string";
+    let p = match field(o, "prompt") {
+        None => {
+            return Err(ValidationError::Missing {
+                param: "prompt".into(),
+            })
+        }
+        Some(Json::String(s)) => s.clone(),
+        Some(Json::Array(a)) => match a.as_slice() {
+            [Json::String(s)] => s.clone(),
+            [_] | [] => return Err(ty("prompt", expected)),
+            _ => {
+                return Err(ValidationError::Unsupported {
+                    param: "prompt".into(),
+                    msg: "batched prompts are not supported",
+                })
+            }
+        },
+        Some(_) => return Err(ty("prompt", expected)),
+    };
+    if p.is_empty() {
+        return Err(ValidationError::Range {
+            param: "prompt".into(),
+            rule: "a non-empty string",
+        });
+    }
+    Ok(p)
+}
+
+fn chat_prompt(o: &Map<String, Json>, limits: &Limits) -> VResult<(Prompt, ToolMode)> {
+    let msgs = match field(o, "messages") {
+        None => {
+            return Err(ValidationError::Missing {
+                param: "messages".into(),
+            })
+        }
+        Some(Json::Array(a)) if a.is_empty() => {
+            return Err(ValidationError::Range {
+                param: "messages".into(),
+                rule: "a non-empty list",
+            })
+        }
+        Some(Json::Array(a)) => a,
+        Some(_) => return Err(ty("messages", "a list of message objects")),
+    };
+    for (i, m) in msgs.iter().enumerate() {
+        check_message(i, m)?;
+    }
+    let mut options = ChatOptions {
+        add_generation_prompt: true,
+        ..Default::default()
+    };
+    if !limits.thinking {
+        options
+            .kwargs
+            .insert("enable_thinking".into(), Json::Bool(false));
+    }
+    match field(o, "chat_template_kwargs") {
+        None => {}
+        Some(Json::Object(kw)) => {
+            for (k, v) in kw {
+                if ["messages", "tools", "documents", "add_generation_prompt"].contains(&k.as_str())
+                {
+                    return Err(ValidationError::Unsupported {
+                        param: format!("chat_template_kwargs.{k}"),
+                        msg: "this template variable is set by the server",
+                    });
+                }
+                options.kwargs.insert(k.clone(), v.clone());
+            }
+        }
+        Some(_) => return Err(ty("chat_template_kwargs", "an object")),
+    }
+    if let Some(b) = opt_bool(o, "enable_thinking")? {
+        options
+            .kwargs
+            .insert("enable_thinking".into(), Json::Bool(b));
+    }
+    let tools = parse_tools(o)?;
+    let mode = if tools.is_some() {
+        ToolMode::On
+    } else {
+        ToolMode::Off
+    };
+    options.tools = tools;
+    Ok((
+        Prompt::Chat {
+            messages: Json::Array(msgs.clone()),
+            options,
+        },
+        mode,
+    ))
+}
+
+fn check_message(i: usize, m: &Json) -> VResult<()> {
+    let p = |s: &str| format!("messages[{i}]{s}");
+    let m = m.as_object().ok_or_else(|| ValidationError::Type {
+        param: p(""),
+        expected: "an object",
+    })?;
+    match m.get("role") {
+        Some(Json::String(r))
+            if ["system", "developer", "user", "assistant", "tool"].contains(&r.as_str()) => {}
+        Some(Json::String(_)) => {
+            return Err(ValidationError::Range {
+                param: p(".role"),
+                rule: "one of system, developer, user, assistant, tool",
+            })
+        }
+        None => return Err(ValidationError::Missing { param: p(".role") }),
+        Some(_) => {
+            return Err(ValidationError::Type {
+                param: p(".role"),
+                expected: "a string",
+            })
+        }
+    }
+    match m.get("content") {
+        None | Some(Json::Null) | Some(Json::String(_)) => {}
+        Some(Json::Array(parts)) => {
+            for (j, part) in parts.iter().enumerate() {
+                let text = part.get("text").and_then(Json::as_str);
+                let typ = part.get("type").and_then(Json::as_str);
+                if text.is_none() || !matches!(typ, None | Some("text")) {
+                    return Err(ValidationError::Unsupported {
+                        param: p(&format!(".content[{j}]")),
+                        msg: "only text content parts are supported",
+                    });
+                }
+            }
+        }
+        Some(_) => {
+            return Err(ValidationError::Type {
+                param: p(".content"),
+                expected: "a string or a list of text parts",
+            })
+        }
+    }
+    if let Some(tc) = field(m, "tool_calls") {
+        let calls = tc.as_array().ok_or_else(|| ValidationError::Type {
+            param: p(".tool_calls"),
+            expected: "a list",
+        })?;
+        for (j, c) in calls.iter().enumerate() {
+            let name = c
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Json::as_str);
+            if name.is_none() {
+                return Err(ValidationError::Missing {
+                    param: p(&format!(".tool_calls[{j}].function.name")),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `tools` and `tool_choice` → the tool list for the template (`None`: tools off).
+fn parse_tools(o: &Map<String, Json>) -> VResult<Option<Json>> {
+    let tools = match field(o, "tools") {
+        None => return check_choice_without_tools(o),
+        Some(Json::Array(a)) => a,
+        Some(_) => return Err(ty("tools", "a list of tool objects")),
+    };
+    for (i, t) in tools.iter().enumerate() {
+        let name = t.get("function").and_then(|f| f.get("name"));
+        if !matches!(name, Some(Json::String(_))) {
+            return Err(ValidationError::Missing {
+                param: format!("tools[{i}].function.name"),
+            });
+        }
+    }
+    let chosen: Vec<Json> = match field(o, "tool_choice") {
+        None => tools.clone(),
+        Some(Json::String(s)) => match s.as_str() {
+            "none" => return Ok(None),
+            "auto" | "required" => tools.clone(),
+            _ => {
+                return Err(ValidationError::Range {
+                    param: "tool_choice".into(),
+                    rule: "none, auto, required or a named function",
+                })
+            }
+        },
+        Some(Json::Object(c)) => {
+            let name = c
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Json::as_str)
+                .ok_or_else(|| ValidationError::Missing {
+                    param: "tool_choice.function.name".into(),
+                })?;
+            let named: Vec<Json> = tools
+                .iter()
+                .filter(|t| t["function"]["name"].as_str() == Some(name))
+                .cloned()
+                .collect();
+            if named.is_empty() {
+                return Err(ValidationError::Range {
+                    param: "tool_choice.function.name".into(),
+                    rule: "the name of one of `tools`",
+                });
+            }
+            named
+        }
+        Some(_) => return Err(ty("tool_choice", "a string or an object")),
+    };
+    Ok(if chosen.is_empty() {
+        None
+    } else {
+        Some(Json::Array(chosen))
+    })
+}
+
+fn check_choice_without_tools(o: &Map<String, Json>) -> VResult<Option<Json>> {
+    match field(o, "tool_choice") {
+        None | Some(Json::String(_)) => Ok(None),
+        Some(Json::Object(_)) => Err(ValidationError::Missing {
+            param: "tools".into(),
+        }),
+        Some(_) => Err(ty("tool_choice", "a string or an object")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn check(body: Json, kind: Kind) -> VResult<ValidRequest> {
+        parse_body(body.to_string().as_bytes(), kind, &Limits::default())
+    }
+
+    fn err_param(body: Json) -> (String, &'static str) {
+        let e = check(body, Kind::Chat).unwrap_err();
+        (e.param().unwrap_or("").to_owned(), e.code())
+    }
+
+    #[test]
+    fn minimal_chat_defaults_greedy() {
+        let r = check(
+            json!({"messages": [{"role": "user", "content": "hi"}], "whatever": 1}),
+            Kind::Chat,
+        )
+        .unwrap();
+        assert!(r.sampling.is_greedy());
+        assert_eq!(
+            (r.max_tokens, r.stream, r.tools.clone()),
+            (None, false, ToolMode::Off)
+        );
+    }
+
+    #[test]
+    fn wrong_types_name_the_param() {
+        let m = json!([{"role": "user", "content": "hi"}]);
+        let cases = [
+            (
+                json!({"messages": m, "temperature": "hot"}),
+                "temperature",
+                "invalid_type",
+            ),
+            (
+                json!({"messages": m, "temperature": 3}),
+                "temperature",
+                "invalid_value",
+            ),
+            (
+                json!({"messages": m, "max_tokens": -1}),
+                "max_tokens",
+                "invalid_value",
+            ),
+            (
+                json!({"messages": m, "max_tokens": 1.5}),
+                "max_tokens",
+                "invalid_type",
+            ),
+            (json!({"messages": m, "stop": [1]}), "stop", "invalid_type"),
+            (
+                json!({"messages": m, "stream": "yes"}),
+                "stream",
+                "invalid_type",
+            ),
+            (json!({"messages": m, "n": 2}), "n", "unsupported_parameter"),
+            (json!({"messages": "hi"}), "messages", "invalid_type"),
+            (json!({"messages": []}), "messages", "invalid_value"),
+            (
+                json!({"messages": [{"content": "x"}]}),
+                "messages[0].role",
+                "missing_required_parameter",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": 5}]}),
+                "messages[0].content",
+                "invalid_type",
+            ),
+            (json!({"messages": m, "tools": {}}), "tools", "invalid_type"),
+            (
+                json!({"messages": m, "stream_options": {"include_usage": 1}}),
+                "stream_options.include_usage",
+                "invalid_type",
+            ),
+            (
+                json!({"messages": m, "enable_thinking": "no"}),
+                "enable_thinking",
+                "invalid_type",
+            ),
+        ];
+        for (body, param, code) in cases {
+            assert_eq!(err_param(body.clone()), (param.to_owned(), code), "{body}");
+        }
+    }
+
+    #[test]
+    fn content_parts_tools_and_thinking_flags() {
+        let r = check(
+            json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                   "tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "g"}}],
+                   "tool_choice": {"type": "function", "function": {"name": "g"}},
+                   "chat_template_kwargs": {"enable_thinking": true}, "enable_thinking": false}),
+            Kind::Chat,
+        )
+        .unwrap();
+        assert_eq!(r.tools, ToolMode::On);
+        let Prompt::Chat { options, .. } = r.prompt else {
+            panic!()
+        };
+        assert_eq!(options.tools.unwrap().as_array().unwrap().len(), 1);
+        assert_eq!(options.kwargs["enable_thinking"], json!(false));
+    }
+
+    #[test]
+    fn tool_choice_none_turns_tools_off() {
+        let r = check(
+            json!({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"}),
+            Kind::Chat,
+        )
+        .unwrap();
+        assert_eq!(r.tools, ToolMode::Off);
+    }
+
+    #[test]
+    fn completion_prompt_forms() {
+        assert!(check(json!({"prompt": ["a"]}), Kind::Completion).is_ok());
+        assert_eq!(
+            check(json!({"prompt": 3}), Kind::Completion)
+                .unwrap_err()
+                .param(),
+            Some("prompt")
+        );
+        assert_eq!(
+            check(json!({"prompt": ["a", "b"]}), Kind::Completion)
+                .unwrap_err()
+                .code(),
+            "unsupported_parameter"
+        );
+        assert_eq!(
+            check(json!({}), Kind::Completion).unwrap_err().code(),
+            "missing_required_parameter"
+        );
+    }
+
+    #[test]
+    fn malformed_bodies_are_json_errors() {
+        for b in [&b"{"[..], b"\xff\xfe", b"[]", b"null"] {
+            assert!(parse_body(b, Kind::Chat, &Limits::default()).is_err());
+        }
+        let deep = "[".repeat(100_000);
+        assert_eq!(
+            parse_body(deep.as_bytes(), Kind::Chat, &Limits::default())
+                .unwrap_err()
+                .code(),
+            "invalid_json"
+        );
+    }
+}
