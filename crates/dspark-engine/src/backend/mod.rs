@@ -6,6 +6,8 @@
 //! lazy backend (MLX) can build a whole forward graph before computing it.
 
 pub mod candle;
+#[cfg(feature = "mlx")]
+pub mod mlx;
 
 use crate::weights::HostTensor;
 
