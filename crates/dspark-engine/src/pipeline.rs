@@ -67,6 +67,12 @@ impl<B: Backend> Pipeline<B> {
         self.drafter.as_ref().map(|d| d.name())
     }
 
+    /// One generation with the target alone, whatever the mode (benchmarks' reference).
+    pub fn generate_baseline(&mut self, prompt: &[u32], params: &GenParams, sink: &mut dyn TokenSink) -> Result<GenResult, EngineError> {
+        self.cache.clear();
+        baseline::generate(&self.target.model, &mut self.cache, prompt, params, sink)
+    }
+
     /// One generation from scratch.
     pub fn generate(&mut self, prompt: &[u32], params: &GenParams, sink: &mut dyn TokenSink) -> Result<GenResult, EngineError> {
         self.cache.clear();

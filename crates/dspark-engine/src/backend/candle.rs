@@ -107,6 +107,19 @@ impl CandleBackend {
     }
 }
 
+/// candle has SIMD CPU kernels for Q4_0, Q8_0 and the K-quants, but only scalar code for
+/// Q4_1/Q5_0/Q5_1: re-quantize those to Q8_0 (near-lossless from 4/5 bits, and still ~4x
+/// smaller than f32). Used for drafters only, where numerics need not match the target.
+fn fast_cpu_format(q: &Arc<candle_core::quantized::QTensor>) -> BResult<Arc<candle_core::quantized::QTensor>> {
+    match q.dtype() {
+        GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 => {
+            let dense = q.dequantize(&Device::Cpu).map_err(err)?;
+            candle_core::quantized::QTensor::quantize(&dense, GgmlDType::Q8_0).map(Arc::new).map_err(err)
+        }
+        _ => Ok(Arc::clone(q)),
+    }
+}
+
 pub enum CandleLinear {
     Dense(Tensor),
     Quant(QMatMul),
@@ -151,7 +164,7 @@ impl Backend for CandleBackend {
         if let HostTensor::Ggml(q) = host {
             let quantized = !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
             if self.keep_quantized && quantized && self.device.is_cpu() && self.dtype == DType::F32 {
-                return QMatMul::from_arc(Arc::clone(q)).map(CandleLinear::Quant).map_err(err);
+                return QMatMul::from_arc(fast_cpu_format(q)?).map(CandleLinear::Quant).map_err(err);
             }
         }
         self.tensor(host).map(CandleLinear::Dense)
