@@ -237,7 +237,7 @@ impl Engine for ScriptedEngine {
             }
         };
         let ids: Vec<u32> = text.chars().map(u32::from).collect();
-        if ids.len() + max_new > self.info.context_len {
+        if ids.len().saturating_add(max_new) > self.info.context_len {
             return Err(EngineError::ContextOverflow {
                 prompt: ids.len(),
                 max_new,

@@ -180,7 +180,8 @@ pub fn validate(o: &Map<String, Json>, kind: Kind, limits: &Limits) -> VResult<V
                     rule: "at least 1",
                 });
             }
-            max_tokens = Some(usize::try_from(n).unwrap_or(usize::MAX));
+            // far beyond any context, and small enough that `prompt + max` cannot overflow
+            max_tokens = Some(n.min(u64::from(u32::MAX)) as usize);
         }
     }
     let temperature = opt_f32(o, "temperature", 0.0, 2.0, "between 0 and 2")?.unwrap_or(0.0);
