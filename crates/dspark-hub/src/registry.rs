@@ -1,0 +1,543 @@
+//! The built-in model registry: targets with their DSpark, DFlash and draft-model drafters, the
+//! known shapes used for RAM estimates, and `resolve` (reference §7), which picks a drafter for
+//! a target. Pure data and string matching: no file system, no network.
+
+use crate::HubError;
+
+/// Decoding mode, as far as drafter resolution cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Baseline,
+    DSpark,
+    DFlash,
+    Draft,
+}
+
+impl Mode {
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "baseline" => Some(Mode::Baseline),
+            "dspark" => Some(Mode::DSpark),
+            "dflash" => Some(Mode::DFlash),
+            "draft" => Some(Mode::Draft),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Baseline => "baseline",
+            Mode::DSpark => "dspark",
+            Mode::DFlash => "dflash",
+            Mode::Draft => "draft",
+        }
+    }
+}
+
+/// Weight storage format of one published variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quant {
+    /// MLX affine 4-bit, group size 64 (bf16 scale and bias per group).
+    Mlx4,
+    /// MLX affine 8-bit, group size 64.
+    Mlx8,
+    Bf16,
+    /// GGUF Q4_1 (32 weights per block, f16 scale and min).
+    GgufQ4_1,
+}
+
+impl Quant {
+    /// Average bits per weight, including per-group scales.
+    pub fn bits_per_weight(self) -> f64 {
+        match self {
+            Quant::Mlx4 => 4.0 + 32.0 / 64.0,
+            Quant::Mlx8 => 8.0 + 32.0 / 64.0,
+            Quant::Bf16 => 16.0,
+            Quant::GgufQ4_1 => 5.0,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Quant::Mlx4 => "4bit",
+            Quant::Mlx8 => "8bit",
+            Quant::Bf16 => "bf16",
+            Quant::GgufQ4_1 => "q4_1",
+        }
+    }
+}
+
+/// The config numbers a RAM estimate needs (a subset of `config.json`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shape {
+    pub layers: u64,
+    pub hidden: u64,
+    pub ffn: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+    pub vocab: u64,
+    pub tied: bool,
+}
+
+/// Context length the KV part of a RAM estimate assumes.
+pub const DEFAULT_CONTEXT: u64 = 8192;
+
+impl Shape {
+    /// Parameters of the transformer (embeddings, attention, MLP, lm_head; norms ignored).
+    pub fn params(&self) -> u64 {
+        let q = self.heads * self.head_dim;
+        let kv = self.kv_heads * self.head_dim;
+        let attn = self.hidden * q + 2 * self.hidden * kv + q * self.hidden;
+        let mlp = 3 * self.hidden * self.ffn;
+        let embed = self.vocab * self.hidden;
+        let head = if self.tied { 0 } else { embed };
+        embed + head + self.layers * (attn + mlp)
+    }
+
+    pub fn weight_bytes(&self, quant: Quant) -> u64 {
+        (self.params() as f64 * quant.bits_per_weight() / 8.0) as u64
+    }
+
+    /// K and V for `context` positions in 16-bit floats.
+    pub fn kv_bytes(&self, context: u64) -> u64 {
+        2 * self.layers * self.kv_heads * self.head_dim * context * 2
+    }
+
+    /// Weights plus KV cache at [`DEFAULT_CONTEXT`].
+    pub fn ram_bytes(&self, quant: Quant) -> u64 {
+        self.weight_bytes(quant) + self.kv_bytes(DEFAULT_CONTEXT)
+    }
+
+    /// The shape from a Hugging Face `config.json` (text config of multimodal models included).
+    pub fn from_config_json(v: &serde_json::Value) -> Option<Shape> {
+        let c = v.get("text_config").unwrap_or(v);
+        let u = |k: &str| c.get(k).and_then(serde_json::Value::as_u64);
+        let hidden = u("hidden_size")?;
+        let heads = u("num_attention_heads")?;
+        Some(Shape {
+            layers: u("num_hidden_layers")?,
+            hidden,
+            ffn: u("intermediate_size")?,
+            heads,
+            kv_heads: u("num_key_value_heads").unwrap_or(heads),
+            head_dim: u("head_dim").unwrap_or(hidden / heads.max(1)),
+            vocab: u("vocab_size")?,
+            tied: c
+                .get("tie_word_embeddings")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false),
+        })
+    }
+}
+
+/// One published weight variant of a target.
+#[derive(Clone, Copy, Debug)]
+pub struct Variant {
+    pub repo: &'static str,
+    pub quant: Quant,
+}
+
+/// A registry entry: one target model and its drafters.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry {
+    /// Lower-case match key, e.g. `qwen3-8b`.
+    pub id: &'static str,
+    /// Published variants; the first is the default target.
+    pub variants: &'static [Variant],
+    pub dspark: Option<&'static str>,
+    pub dflash: Option<&'static str>,
+    /// Small model for draft-model mode (same tokenizer).
+    pub draft: Option<&'static str>,
+    pub shape: Shape,
+    /// True when `shape` is an assumption rather than the published config.
+    pub shape_assumed: bool,
+}
+
+impl Entry {
+    pub fn default_target(&self) -> &'static str {
+        self.variants[0].repo
+    }
+
+    pub fn drafter(&self, mode: Mode) -> Option<&'static str> {
+        match mode {
+            Mode::Baseline => None,
+            Mode::DSpark => self.dspark,
+            Mode::DFlash => self.dflash,
+            Mode::Draft => self.draft,
+        }
+    }
+}
+
+const QWEN3_4B: Shape = Shape {
+    layers: 36,
+    hidden: 2560,
+    ffn: 9728,
+    heads: 32,
+    kv_heads: 8,
+    head_dim: 128,
+    vocab: 151936,
+    tied: true,
+};
+const QWEN3_8B: Shape = Shape {
+    layers: 36,
+    hidden: 4096,
+    ffn: 12288,
+    heads: 32,
+    kv_heads: 8,
+    head_dim: 128,
+    vocab: 151936,
+    tied: false,
+};
+const QWEN3_14B: Shape = Shape {
+    layers: 40,
+    hidden: 5120,
+    ffn: 17408,
+    heads: 40,
+    kv_heads: 8,
+    head_dim: 128,
+    vocab: 151936,
+    tied: false,
+};
+/// Assumed to match Gemma-3-12B's text config until the published config is read from disk.
+const GEMMA_12B: Shape = Shape {
+    layers: 48,
+    hidden: 3840,
+    ffn: 15360,
+    heads: 16,
+    kv_heads: 8,
+    head_dim: 256,
+    vocab: 262144,
+    tied: true,
+};
+const SMOLLM2_135M: Shape = Shape {
+    layers: 30,
+    hidden: 576,
+    ffn: 1536,
+    heads: 9,
+    kv_heads: 3,
+    head_dim: 64,
+    vocab: 49152,
+    tied: true,
+};
+
+const QWEN3_DRAFT: &str = "mlx-community/Qwen3-0.6B-4bit";
+
+macro_rules! variants {
+    ($($repo:literal => $q:ident),* $(,)?) => { &[$(Variant { repo: $repo, quant: Quant::$q }),*] };
+}
+
+/// The name under which the demo model is requested.
+pub const DEMO: &str = "demo";
+
+/// All entries. `demo` is SmolLM2-135M-Instruct whose draft-model drafter is itself, kept quantized.
+pub const REGISTRY: &[Entry] = &[
+    Entry {
+        id: "qwen3-4b",
+        variants: variants!("mlx-community/Qwen3-4B-8bit" => Mlx8, "mlx-community/Qwen3-4B-4bit" => Mlx4,
+                            "mlx-community/Qwen3-4B-bf16" => Bf16),
+        dspark: Some("deepseek-ai/dspark_qwen3_4b_block7"),
+        dflash: Some("z-lab/Qwen3-4B-DFlash-b16"),
+        draft: Some(QWEN3_DRAFT),
+        shape: QWEN3_4B,
+        shape_assumed: false,
+    },
+    Entry {
+        id: "qwen3-8b",
+        variants: variants!("mlx-community/Qwen3-8B-8bit" => Mlx8, "mlx-community/Qwen3-8B-4bit" => Mlx4,
+                            "mlx-community/Qwen3-8B-bf16" => Bf16),
+        dspark: Some("deepseek-ai/dspark_qwen3_8b_block7"),
+        dflash: Some("z-lab/Qwen3-8B-DFlash-b16"),
+        draft: Some(QWEN3_DRAFT),
+        shape: QWEN3_8B,
+        shape_assumed: false,
+    },
+    Entry {
+        id: "qwen3-14b",
+        variants: variants!("mlx-community/Qwen3-14B-8bit" => Mlx8, "mlx-community/Qwen3-14B-4bit" => Mlx4,
+                            "mlx-community/Qwen3-14B-bf16" => Bf16),
+        dspark: Some("deepseek-ai/dspark_qwen3_14b_block7"),
+        dflash: None,
+        draft: Some(QWEN3_DRAFT),
+        shape: QWEN3_14B,
+        shape_assumed: false,
+    },
+    Entry {
+        id: "gemma-4-12b",
+        variants: variants!("mlx-community/gemma-4-12B-it-8bit" => Mlx8,
+                            "mlx-community/gemma-4-12B-it-4bit" => Mlx4,
+                            "mlx-community/gemma-4-12B-it-bf16" => Bf16),
+        dspark: Some("deepseek-ai/dspark_gemma4_12b_block7"),
+        dflash: Some("z-lab/gemma4-12B-it-DFlash"),
+        draft: None,
+        shape: GEMMA_12B,
+        shape_assumed: true,
+    },
+    Entry {
+        id: "smollm2-135m",
+        variants: variants!("demo" => GgufQ4_1),
+        dspark: None,
+        dflash: None,
+        draft: Some(DEMO),
+        shape: SMOLLM2_135M,
+        shape_assumed: false,
+    },
+];
+
+/// Target used when no model is given (reference: gemma-4-12B-it-8bit).
+pub const DEFAULT_TARGET: &str = "mlx-community/gemma-4-12B-it-8bit";
+
+/// Legacy family aliases.
+const FAMILIES: &[(&str, &str)] = &[
+    ("qwen3", "mlx-community/Qwen3-4B-8bit"),
+    ("gemma4", "mlx-community/gemma-4-12B-it-8bit"),
+];
+
+/// The entry whose id matches `target`'s basename, ignoring organisation, case and
+/// quantisation suffixes; longer ids are tried first so `qwen3-14b` never falls to `qwen3-4b`.
+pub fn lookup(target: &str) -> Option<&'static Entry> {
+    let t = target.trim_end_matches(['/', '\\']);
+    if t == DEMO {
+        return REGISTRY.iter().find(|e| e.draft == Some(DEMO));
+    }
+    let base = t.rsplit(['/', '\\']).next().unwrap_or(t).to_lowercase();
+    let base_nodash: String = base.chars().filter(|&c| c != '-' && c != '_').collect();
+    let mut entries: Vec<&Entry> = REGISTRY.iter().collect();
+    entries.sort_by_key(|e| std::cmp::Reverse(e.id.len()));
+    entries.into_iter().find(|e| {
+        let id_nodash: String = e.id.chars().filter(|&c| c != '-').collect();
+        base.contains(e.id) || base_nodash.contains(&id_nodash)
+    })
+}
+
+/// A resolved target and drafter (repo ids, paths or `demo`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    pub target: String,
+    pub drafter: Option<String>,
+}
+
+/// Picks the target and the drafter for `mode` (reference §7, steps 1-6).
+pub fn resolve(model: &str, mode: Mode, drafter: Option<&str>) -> Result<Resolved, HubError> {
+    let model = model.trim();
+    let target = match model {
+        "" => DEFAULT_TARGET.to_string(),
+        m => match FAMILIES.iter().find(|(f, _)| *f == m) {
+            Some((_, repo)) => repo.to_string(),
+            None => match REGISTRY.iter().find(|e| e.id == m) {
+                Some(e) => e.default_target().to_string(),
+                None => m.to_string(),
+            },
+        },
+    };
+    if mode == Mode::Baseline {
+        return Ok(Resolved {
+            target,
+            drafter: None,
+        });
+    }
+    if let Some(d) = drafter.filter(|d| !d.is_empty()) {
+        return Ok(Resolved {
+            target,
+            drafter: Some(d.to_string()),
+        });
+    }
+    match lookup(&target).and_then(|e| e.drafter(mode)) {
+        Some(d) => Ok(Resolved {
+            target,
+            drafter: Some(d.to_string()),
+        }),
+        None => Err(HubError::NoDrafter {
+            mode: mode.as_str(),
+            target,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(model: &str, mode: Mode, drafter: Option<&str>, want: Option<&str>) {
+        let r = resolve(model, mode, drafter).unwrap_or_else(|e| panic!("{model} {mode:?}: {e}"));
+        assert_eq!(r.drafter.as_deref(), want, "{model} {mode:?}");
+    }
+
+    #[test]
+    fn full_repo_resolves_both_modes() {
+        let t = "mlx-community/Qwen3-8B-8bit";
+        check(
+            t,
+            Mode::DSpark,
+            None,
+            Some("deepseek-ai/dspark_qwen3_8b_block7"),
+        );
+        check(t, Mode::DFlash, None, Some("z-lab/Qwen3-8B-DFlash-b16"));
+        assert_eq!(resolve(t, Mode::DSpark, None).unwrap().target, t);
+    }
+
+    #[test]
+    fn quantisation_and_org_agnostic() {
+        for t in [
+            "mlx-community/Qwen3-4B-4bit",
+            "mlx-community/Qwen3-4B-bf16",
+            "Qwen/Qwen3-4B",
+            "someone/qwen3-4b-instruct-q8",
+        ] {
+            check(
+                t,
+                Mode::DSpark,
+                None,
+                Some("deepseek-ai/dspark_qwen3_4b_block7"),
+            );
+        }
+    }
+
+    #[test]
+    fn gemma_naming_variants() {
+        for t in [
+            "mlx-community/gemma-4-12B-it-8bit",
+            "google/gemma-4-12b-it",
+            "x/gemma4-12b-it-4bit",
+        ] {
+            check(
+                t,
+                Mode::DSpark,
+                None,
+                Some("deepseek-ai/dspark_gemma4_12b_block7"),
+            );
+            check(t, Mode::DFlash, None, Some("z-lab/gemma4-12B-it-DFlash"));
+        }
+    }
+
+    #[test]
+    fn sizes_do_not_cross_match() {
+        check(
+            "mlx-community/Qwen3-4B-8bit",
+            Mode::DSpark,
+            None,
+            Some("deepseek-ai/dspark_qwen3_4b_block7"),
+        );
+        check(
+            "mlx-community/Qwen3-8B-8bit",
+            Mode::DSpark,
+            None,
+            Some("deepseek-ai/dspark_qwen3_8b_block7"),
+        );
+        check(
+            "mlx-community/Qwen3-14B-4bit",
+            Mode::DSpark,
+            None,
+            Some("deepseek-ai/dspark_qwen3_14b_block7"),
+        );
+        let e = resolve("mlx-community/Qwen3-14B-4bit", Mode::DFlash, None).unwrap_err();
+        assert!(e.to_string().contains("--drafter"), "{e}");
+    }
+
+    #[test]
+    fn family_and_id_aliases() {
+        let r = resolve("qwen3", Mode::DSpark, None).unwrap();
+        assert_eq!(r.target, "mlx-community/Qwen3-4B-8bit");
+        assert_eq!(
+            r.drafter.as_deref(),
+            Some("deepseek-ai/dspark_qwen3_4b_block7")
+        );
+        assert_eq!(
+            resolve("gemma4", Mode::Baseline, None).unwrap().target,
+            DEFAULT_TARGET
+        );
+        assert_eq!(
+            resolve("qwen3-8b", Mode::Baseline, None).unwrap().target,
+            "mlx-community/Qwen3-8B-8bit"
+        );
+        assert_eq!(
+            resolve("", Mode::Baseline, None).unwrap().target,
+            DEFAULT_TARGET
+        );
+    }
+
+    #[test]
+    fn explicit_drafter_wins_on_any_target() {
+        check(
+            "mlx-community/Qwen3-8B-8bit",
+            Mode::DSpark,
+            Some("/my/drafter"),
+            Some("/my/drafter"),
+        );
+        check(
+            "org/unknown-model",
+            Mode::DFlash,
+            Some("org/d"),
+            Some("org/d"),
+        );
+    }
+
+    #[test]
+    fn baseline_needs_no_drafter() {
+        check("org/unknown-model", Mode::Baseline, None, None);
+        check(
+            "mlx-community/Qwen3-8B-8bit",
+            Mode::Baseline,
+            Some("ignored"),
+            None,
+        );
+    }
+
+    #[test]
+    fn unknown_target_names_drafter_flag() {
+        let e = resolve("org/unknown-model", Mode::DSpark, None).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("no built-in dspark drafter") && msg.contains("--drafter"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn local_path_matched_by_basename() {
+        check(
+            "/models/Qwen3-8B-8bit/",
+            Mode::DSpark,
+            None,
+            Some("deepseek-ai/dspark_qwen3_8b_block7"),
+        );
+        check(
+            "/home/u/.lmstudio/models/mlx-community/Qwen3-4B-4bit",
+            Mode::DFlash,
+            None,
+            Some("z-lab/Qwen3-4B-DFlash-b16"),
+        );
+    }
+
+    #[test]
+    fn draft_mode_uses_registered_small_model() {
+        check("demo", Mode::Draft, None, Some("demo"));
+        check(
+            "mlx-community/Qwen3-8B-4bit",
+            Mode::Draft,
+            None,
+            Some(QWEN3_DRAFT),
+        );
+        check(
+            "mlx-community/Qwen3-8B-4bit",
+            Mode::Draft,
+            Some("/d"),
+            Some("/d"),
+        );
+        assert!(resolve("demo", Mode::DSpark, None).is_err());
+    }
+
+    #[test]
+    fn ram_estimates_match_known_sizes() {
+        // Qwen3-8B has 8.19B parameters (incl. untied lm_head), Qwen3-4B 4.02B (tied).
+        let p8 = QWEN3_8B.params() as f64 / 1e9;
+        let p4 = QWEN3_4B.params() as f64 / 1e9;
+        assert!((8.1..8.3).contains(&p8), "{p8}");
+        assert!((3.9..4.1).contains(&p4), "{p4}");
+        let gb = QWEN3_8B.ram_bytes(Quant::Mlx8) as f64 / 1e9;
+        assert!((9.0..11.5).contains(&gb), "{gb}");
+        let cfg = serde_json::json!({"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "head_dim": 128, "num_hidden_layers": 36, "intermediate_size": 12288, "vocab_size": 151936});
+        assert_eq!(Shape::from_config_json(&cfg), Some(QWEN3_8B));
+    }
+}

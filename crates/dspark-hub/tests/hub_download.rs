@@ -1,0 +1,199 @@
+//! `pull` against a fake hub on 127.0.0.1:0: cache layout, resume after a dropped connection
+//! (no byte fetched twice), integrity failures, and offline mode. No internet.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use common::{start, Hub, COMMIT, REPO};
+use dspark_hub::download::{pull, repo_folder, NoProgress, PullOptions};
+use dspark_hub::HubError;
+use sha2::{Digest, Sha256};
+
+fn opts(endpoint: &str, cache: &Path, retries: u32) -> PullOptions {
+    PullOptions {
+        revision: "main".into(),
+        endpoint: endpoint.into(),
+        cache: cache.into(),
+        offline: false,
+        token: None,
+        retries,
+    }
+}
+
+fn sha256_of(p: &Path) -> String {
+    common::hex(&Sha256::digest(fs::read(p).unwrap()))
+}
+
+#[test]
+fn pull_writes_the_hf_cache_layout() {
+    let srv = start(Hub::tiny_qwen3());
+    let cache = tempfile::tempdir().unwrap();
+    let got = pull(REPO, &opts(&srv.endpoint, cache.path(), 0), &NoProgress).unwrap();
+    let folder = repo_folder(cache.path(), REPO);
+    assert!(folder.ends_with("models--tiny-org--tiny-qwen3"));
+    assert_eq!(
+        fs::read_to_string(folder.join("refs/main")).unwrap(),
+        COMMIT
+    );
+    assert_eq!(got.snapshot, folder.join("snapshots").join(COMMIT));
+    for f in &srv.hub.files {
+        let link = got.snapshot.join(&f.name);
+        let target = fs::read_link(&link).unwrap();
+        assert_eq!(target, Path::new("../../blobs").join(f.etag()));
+        assert_eq!(fs::read(&link).unwrap(), f.bytes);
+    }
+    let total: u64 = srv.hub.files.iter().map(|f| f.bytes.len() as u64).sum();
+    assert_eq!(got.fetched_bytes, total);
+
+    // A second pull reuses every blob and fetches nothing but the metadata.
+    let again = pull(REPO, &opts(&srv.endpoint, cache.path(), 0), &NoProgress).unwrap();
+    assert_eq!((again.fetched_bytes, again.reused_files), (0, 2));
+    assert_eq!(srv.hub.served(), total);
+}
+
+#[test]
+fn interrupted_download_resumes_without_refetching() {
+    let hub = Hub::tiny_qwen3();
+    let size = hub.file("model.safetensors").bytes.len() as u64;
+    let want = hub.file("model.safetensors").sha256();
+    *hub.cut_after.lock().unwrap() = Some(("model.safetensors".into(), 300_000));
+    let srv = start(hub);
+    let cache = tempfile::tempdir().unwrap();
+
+    let err = pull(REPO, &opts(&srv.endpoint, cache.path(), 0), &NoProgress).unwrap_err();
+    assert!(matches!(err, HubError::Network { .. }), "{err}");
+    let part = repo_folder(cache.path(), REPO)
+        .join("blobs")
+        .join(format!("{want}.incomplete"));
+    let kept = fs::metadata(&part).unwrap().len();
+    assert!(kept > 0 && kept <= 300_000, "{kept}");
+    let served_before = srv.hub.served();
+
+    let got = pull(REPO, &opts(&srv.endpoint, cache.path(), 0), &NoProgress).unwrap();
+    assert_eq!(
+        got.fetched_bytes,
+        size - kept,
+        "only the missing tail is fetched"
+    );
+    assert_eq!(srv.hub.served() - served_before, size - kept);
+    assert_eq!(
+        srv.hub.file_requests().last().unwrap(),
+        &("model.safetensors".to_string(), kept)
+    );
+    assert_eq!(
+        got.reused_files, 1,
+        "config.json was complete after the first attempt"
+    );
+    assert_eq!(sha256_of(&got.snapshot.join("model.safetensors")), want);
+    assert!(!part.exists());
+}
+
+#[test]
+fn dropped_connection_is_resumed_within_one_pull() {
+    let hub = Hub::tiny_qwen3();
+    let size = hub.file("model.safetensors").bytes.len() as u64;
+    let want = hub.file("model.safetensors").sha256();
+    *hub.cut_after.lock().unwrap() = Some(("model.safetensors".into(), 100_000));
+    let srv = start(hub);
+    let cache = tempfile::tempdir().unwrap();
+    let got = pull(REPO, &opts(&srv.endpoint, cache.path(), 2), &NoProgress).unwrap();
+    let reqs: Vec<_> = srv
+        .hub
+        .file_requests()
+        .into_iter()
+        .filter(|(n, _)| n == "model.safetensors")
+        .collect();
+    assert_eq!(reqs.len(), 2);
+    let resumed_at = reqs[1].1;
+    assert!(resumed_at > 0 && resumed_at <= 100_000, "{resumed_at}");
+    let config = srv.hub.file("config.json").bytes.len() as u64;
+    assert_eq!(
+        got.fetched_bytes,
+        config + size,
+        "every byte received exactly once"
+    );
+    assert_eq!(sha256_of(&got.snapshot.join("model.safetensors")), want);
+}
+
+#[test]
+fn corrupted_download_is_rejected_then_repaired() {
+    let hub = Hub::tiny_qwen3();
+    hub.corrupt.lock().unwrap().push("model.safetensors".into());
+    let want = hub.file("model.safetensors").sha256();
+    let srv = start(hub);
+    let cache = tempfile::tempdir().unwrap();
+    match pull(REPO, &opts(&srv.endpoint, cache.path(), 0), &NoProgress) {
+        Err(HubError::Corrupt {
+            file,
+            algo,
+            want_hash,
+            ..
+        }) => {
+            assert_eq!(
+                (file.as_str(), algo, want_hash.as_str()),
+                ("model.safetensors", "sha256", want.as_str())
+            );
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    let blobs = repo_folder(cache.path(), REPO).join("blobs");
+    assert!(!blobs.join(&want).exists() && !blobs.join(format!("{want}.incomplete")).exists());
+
+    srv.hub.corrupt.lock().unwrap().clear();
+    let got = pull(REPO, &opts(&srv.endpoint, cache.path(), 0), &NoProgress).unwrap();
+    assert_eq!(sha256_of(&got.snapshot.join("model.safetensors")), want);
+}
+
+#[test]
+fn corrupted_small_file_fails_its_git_hash() {
+    let hub = Hub::tiny_qwen3();
+    hub.corrupt.lock().unwrap().push("config.json".into());
+    let srv = start(hub);
+    let cache = tempfile::tempdir().unwrap();
+    let err = pull(REPO, &opts(&srv.endpoint, cache.path(), 0), &NoProgress).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            HubError::Corrupt {
+                algo: "git-sha1",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn offline_uses_the_cache_or_fails_without_network() {
+    let srv = start(Hub::tiny_qwen3());
+    let cache = tempfile::tempdir().unwrap();
+    let mut off = opts(&srv.endpoint, cache.path(), 0);
+    off.offline = true;
+    let err = pull(REPO, &off, &NoProgress).unwrap_err();
+    assert!(matches!(err, HubError::Offline { .. }), "{err}");
+    assert!(err.to_string().contains("HF_HUB_OFFLINE"), "{err}");
+    assert_eq!(srv.hub.requests(), 0);
+
+    let online = pull(REPO, &opts(&srv.endpoint, cache.path(), 0), &NoProgress).unwrap();
+    let n = srv.hub.requests();
+    let cached = pull(REPO, &off, &NoProgress).unwrap();
+    assert_eq!(cached.snapshot, online.snapshot);
+    assert_eq!(cached.commit, COMMIT);
+    assert_eq!(srv.hub.requests(), n, "offline pull made no request");
+}
+
+#[test]
+fn unknown_repo_is_a_404_with_a_hint() {
+    let srv = start(Hub::tiny_qwen3());
+    let cache = tempfile::tempdir().unwrap();
+    let err = pull(
+        "tiny-org/missing",
+        &opts(&srv.endpoint, cache.path(), 0),
+        &NoProgress,
+    )
+    .unwrap_err();
+    assert!(matches!(err, HubError::Http { status: 404, .. }), "{err}");
+    assert!(err.to_string().contains("no such repo"), "{err}");
+}
