@@ -19,7 +19,7 @@ use serde_json::json;
 const WAIT: Duration = Duration::from_secs(120);
 
 fn handle(queue: usize) -> EngineHandle {
-    EngineHandle::spawn(
+    EngineHandle::spawn::<_, EngineError, _>(
         || {
             let b = CandleBackend::cpu();
             let lm = load_model(

@@ -5,6 +5,7 @@ mod args;
 mod bench;
 mod generate;
 mod model_arg;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -21,6 +22,8 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Measure prefill/decode speed (speculative modes side by side with baseline); writes JSON.
     Bench(bench::BenchArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API (chat, completions, SSE, tools).
+    Serve(serve::ServeArgs),
 }
 
 fn main() {
@@ -35,6 +38,7 @@ fn main() {
     let res = match cli.command {
         Command::Generate(a) => generate::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Serve(a) => serve::run(a),
     };
     if let Err(e) = res {
         eprintln!("dspark: error: {e:#}");

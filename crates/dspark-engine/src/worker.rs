@@ -109,10 +109,11 @@ impl EngineHandle {
     /// so backends whose arrays belong to their creating thread work). Waits until the
     /// build finishes and returns its error if it failed. `queue_cap` jobs may wait while
     /// one runs.
-    pub fn spawn<B, F>(build: F, queue_cap: usize) -> Result<Self, EngineError>
+    pub fn spawn<B, E, F>(build: F, queue_cap: usize) -> Result<Self, E>
     where
         B: Backend + 'static,
-        F: FnOnce() -> Result<Pipeline<B>, EngineError> + Send + 'static,
+        E: From<EngineError> + Send + 'static,
+        F: FnOnce() -> Result<Pipeline<B>, E> + Send + 'static,
     {
         let (queue, rx) = JobQueue::new(queue_cap);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -135,8 +136,14 @@ impl EngineHandle {
                     let _ = ready_tx.send(Err(e));
                 }
             })
-            .map_err(|e| EngineError::Invalid(format!("cannot start the engine thread: {e}")))?;
-        let (tokenizer, info) = ready_rx.recv().map_err(|_| EngineError::WorkerGone)??;
+            .map_err(|e| {
+                E::from(EngineError::Invalid(format!(
+                    "cannot start the engine thread: {e}"
+                )))
+            })?;
+        let (tokenizer, info) = ready_rx
+            .recv()
+            .map_err(|_| E::from(EngineError::WorkerGone))??;
         Ok(EngineHandle {
             queue,
             tokenizer,
