@@ -1,8 +1,81 @@
-//! Helpers shared by the cross-crate tests: fixture paths and golden-file loading.
+//! Helpers shared by the cross-crate tests: fixture paths, golden-file loading and the
+//! backend the shared golden suite runs on (`DSPARK_BACKEND`, see [`selected_backend`]).
 
 pub mod stats;
 
 use std::path::PathBuf;
+
+use dspark_engine::backend::candle::CandleBackend;
+
+/// A backend the suite can run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Which {
+    Candle,
+    Mlx,
+}
+
+/// `DSPARK_BACKEND=candle|mlx`. Unset: MLX when built with the `mlx` feature, else candle.
+pub fn selected_backend() -> Which {
+    match std::env::var("DSPARK_BACKEND").ok().as_deref() {
+        Some("candle") => Which::Candle,
+        Some("mlx") => {
+            if !cfg!(feature = "mlx") {
+                panic!("DSPARK_BACKEND=mlx needs the tests built with --features mlx");
+            }
+            Which::Mlx
+        }
+        None | Some("") => {
+            if cfg!(feature = "mlx") {
+                Which::Mlx
+            } else {
+                Which::Candle
+            }
+        }
+        Some(other) => panic!("DSPARK_BACKEND={other}: expected `candle` or `mlx`"),
+    }
+}
+
+/// The candle backend of the suite: CPU, f32.
+pub fn candle_backend() -> CandleBackend {
+    CandleBackend::cpu()
+}
+
+/// The MLX backend of the suite: MLX's default device (Metal on Apple Silicon), f32.
+#[cfg(feature = "mlx")]
+pub fn mlx_backend() -> dspark_engine::backend::mlx::MlxBackend {
+    use dspark_engine::backend::{mlx::MlxBackend, DType};
+    MlxBackend::default_device().with_dtype(DType::F32)
+}
+
+/// Calls a test body generic over `B: Backend` (taking the backend by value) on the backend
+/// of [`selected_backend`].
+#[macro_export]
+macro_rules! on_backend {
+    ($body:expr) => {
+        match $crate::selected_backend() {
+            $crate::Which::Candle => $body($crate::candle_backend()),
+            $crate::Which::Mlx => $crate::__on_mlx!($body),
+        }
+    };
+}
+
+#[cfg(feature = "mlx")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __on_mlx {
+    ($body:expr) => {
+        $body($crate::mlx_backend())
+    };
+}
+
+#[cfg(not(feature = "mlx"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __on_mlx {
+    ($body:expr) => {
+        unreachable!("selected_backend() is Mlx only with the mlx feature")
+    };
+}
 
 /// `tests/fixtures/...` inside the repository.
 pub fn fixture(rel: &str) -> PathBuf {

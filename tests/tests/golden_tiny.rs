@@ -1,29 +1,32 @@
 //! The target models against HF transformers goldens on the tiny random checkpoints:
 //! logits (all positions) and tapped hidden states within 1e-4, greedy tokens identical,
-//! and KV-cache chunking/rollback giving the same logits as one full pass.
+//! and KV-cache chunking/rollback giving the same logits as one full pass. Runs on the backend
+//! of `DSPARK_BACKEND` (candle, or MLX with the `mlx` feature).
 
-use dspark_engine::backend::candle::CandleBackend;
 use dspark_engine::backend::Backend;
 use dspark_engine::generate::{baseline, GenParams};
 use dspark_engine::model::open_checkpoint;
 use dspark_engine::model::transformer::{LogitsWanted, Transformer};
 use dspark_engine::sampling::SamplingParams;
-use dspark_tests::{as_f32_rows, as_u32s, fixture, golden, max_abs_diff};
+use dspark_tests::{as_f32_rows, as_u32s, fixture, golden, max_abs_diff, on_backend};
 
 const VARIANTS: [&str; 5] = ["qwen3", "qwen3-tied", "llama", "qwen3-bf16", "qwen3-mlx4"];
 const TOL: f32 = 1e-4;
 
-fn load(variant: &str) -> Transformer<CandleBackend> {
+fn load<B: Backend>(b: &B, variant: &str) -> Transformer<B> {
     let ck = open_checkpoint(&fixture(&format!("tiny/{variant}"))).unwrap();
-    Transformer::load(&CandleBackend::cpu(), ck.cfg, ck.source.as_ref()).unwrap()
+    Transformer::load(b, ck.cfg, ck.source.as_ref()).unwrap()
 }
 
 #[test]
 fn logits_and_taps_match_transformers() {
+    on_backend!(logits_and_taps)
+}
+
+fn logits_and_taps<B: Backend>(b: B) {
     for variant in VARIANTS {
         let g = golden(&format!("tiny_{variant}.json"));
-        let m = load(variant);
-        let b = m.backend().clone();
+        let m = load(&b, variant);
         let ids = as_u32s(&g["prompt_ids"]);
         let want = as_f32_rows(&g["logits"]);
         let mut cache = m.new_cache();
@@ -49,9 +52,13 @@ fn logits_and_taps_match_transformers() {
 
 #[test]
 fn greedy_tokens_match_transformers() {
+    on_backend!(greedy_tokens)
+}
+
+fn greedy_tokens<B: Backend>(b: B) {
     for variant in VARIANTS {
         let g = golden(&format!("tiny_{variant}.json"));
-        let m = load(variant);
+        let m = load(&b, variant);
         for case in g["greedy"].as_array().unwrap() {
             let prompt = as_u32s(&case["prompt_ids"]);
             let want = as_u32s(&case["new_tokens"]);
@@ -72,9 +79,12 @@ fn greedy_tokens_match_transformers() {
 
 #[test]
 fn chunked_prefill_and_rollback_reproduce_full_pass() {
+    on_backend!(chunked_prefill_and_rollback)
+}
+
+fn chunked_prefill_and_rollback<B: Backend>(b: B) {
     let g = golden("tiny_qwen3.json");
-    let m = load("qwen3");
-    let b = m.backend().clone();
+    let m = load(&b, "qwen3");
     let ids = as_u32s(&g["prompt_ids"]);
     let want = as_f32_rows(&g["logits"]);
     let v = m.cfg.vocab_size;
@@ -105,6 +115,10 @@ fn chunked_prefill_and_rollback_reproduce_full_pass() {
 
 #[test]
 fn bad_checkpoints_give_typed_errors() {
+    on_backend!(bad_checkpoints)
+}
+
+fn bad_checkpoints<B: Backend>(b: B) {
     let dir = std::env::temp_dir().join(format!("dspark-bad-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -124,7 +138,7 @@ fn bad_checkpoints_give_typed_errors() {
     cfg["intermediate_size"] = serde_json::json!(96);
     std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
     let ck = open_checkpoint(&dir).unwrap();
-    let e = Transformer::load(&CandleBackend::cpu(), ck.cfg, ck.source.as_ref()).err().unwrap();
+    let e = Transformer::load(&b, ck.cfg, ck.source.as_ref()).err().unwrap();
     let msg = e.to_string();
     assert!(msg.contains("mlp.gate_proj.weight") && msg.contains("shape"), "{msg}");
     // truncated safetensors

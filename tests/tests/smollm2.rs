@@ -1,26 +1,30 @@
 //! Real weights: SmolLM2-135M-Instruct (GGUF Q4_1, llama arch) dequantized to f32 must give
 //! the same greedy tokens as HF transformers' GGUF loader (which also dequantizes to f32), and
 //! our GGUF-built tokenizer and chat template must reproduce its prompt ids byte for byte.
+//! Runs on the backend of `DSPARK_BACKEND` (candle, or MLX with the `mlx` feature).
 
-use dspark_engine::backend::candle::CandleBackend;
 use dspark_engine::backend::Backend;
 use dspark_engine::chat_template::ChatOptions;
 use dspark_engine::generate::{baseline, GenParams};
 use dspark_engine::load::{load_model, LoadedModel};
 use dspark_engine::model::transformer::LogitsWanted;
 use dspark_engine::sampling::SamplingParams;
-use dspark_tests::{artefact, as_u32s, golden};
+use dspark_tests::{artefact, as_u32s, golden, on_backend};
 use serde_json::json;
 
-fn smollm2() -> LoadedModel<CandleBackend> {
+fn smollm2<B: Backend>(b: &B) -> LoadedModel<B> {
     let path = artefact("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
-    load_model(&CandleBackend::cpu(), &path, None).unwrap()
+    load_model(b, &path, None).unwrap()
 }
 
 #[test]
 fn smollm2_matches_transformers_gguf_reference() {
+    on_backend!(matches_reference)
+}
+
+fn matches_reference<B: Backend>(b: B) {
     let g = golden("smollm2_greedy.json");
-    let lm = smollm2();
+    let lm = smollm2(&b);
     assert!(lm.eos_ids().contains(&2), "eos set {:?} lacks <|im_end|>", lm.eos_ids());
     for check in g["tokenizer_checks"].as_array().unwrap() {
         let text = check["text"].as_str().unwrap();
@@ -28,7 +32,6 @@ fn smollm2_matches_transformers_gguf_reference() {
         assert_eq!(ids, as_u32s(&check["ids"]), "tokenizer ids for {text:?}");
     }
     let tmpl = lm.tokenizer.chat_template().expect("GGUF carries a chat template");
-    let b = lm.model.backend().clone();
     for run in g["runs"].as_array().unwrap() {
         let prompt = run["prompt"].as_str().unwrap();
         let msgs = json!([{"role": "user", "content": prompt}]);

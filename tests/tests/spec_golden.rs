@@ -2,11 +2,11 @@
 //! mlx-dspark 0.20.3 and z-lab dflash 0.1.0 round by round: the tokens fed to each verify
 //! forward (pending + drafts), the accept lengths and the output tokens. References may
 //! overshoot `max_new_tokens` by a block; we never do, so we compare our rounds as a prefix.
+//! Runs on the backend of `DSPARK_BACKEND` (candle, or MLX with the `mlx` feature).
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use dspark_engine::backend::candle::CandleBackend;
 use dspark_engine::backend::Backend;
 use dspark_engine::drafters::{load_dflash, load_dspark};
 use dspark_engine::error::EngineError;
@@ -14,20 +14,18 @@ use dspark_engine::generate::{GenParams, GenResult};
 use dspark_engine::model::open_checkpoint;
 use dspark_engine::model::transformer::Transformer;
 use dspark_engine::sampling::SamplingParams;
-use dspark_engine::spec::{decode, Drafter, Proposal, SpecParams};
-use dspark_tests::{as_u32s, fixture, golden};
+use dspark_engine::spec::{decode, Drafter, DrafterState, Proposal, SpecParams};
+use dspark_tests::{as_u32s, fixture, golden, on_backend};
 use rand::RngCore;
 use serde_json::Value;
 
-type B = CandleBackend;
-
 /// Forwards to a drafter and records every proposal.
-struct Recorder<'a> {
+struct Recorder<'a, B: Backend> {
     inner: &'a mut dyn Drafter<B>,
     log: Rc<RefCell<Vec<Vec<u32>>>>,
 }
 
-impl Drafter<B> for Recorder<'_> {
+impl<B: Backend> Drafter<B> for Recorder<'_, B> {
     fn name(&self) -> &'static str {
         self.inner.name()
     }
@@ -65,14 +63,20 @@ impl Drafter<B> for Recorder<'_> {
     fn len(&self) -> usize {
         self.inner.len()
     }
+    fn take_state(&mut self) -> DrafterState<B> {
+        self.inner.take_state()
+    }
+    fn put_state(&mut self, s: DrafterState<B>) {
+        self.inner.put_state(s)
+    }
 }
 
-fn target() -> Transformer<B> {
+fn target<B: Backend>(b: &B) -> Transformer<B> {
     let ck = open_checkpoint(&fixture("spec/models/target")).unwrap();
-    Transformer::load(&B::cpu(), ck.cfg, ck.source.as_ref()).unwrap()
+    Transformer::load(b, ck.cfg, ck.source.as_ref()).unwrap()
 }
 
-fn run(t: &Transformer<B>, d: &mut dyn Drafter<B>, prompt: &[u32], max_new: usize, thr: f32) -> (GenResult, Vec<Vec<u32>>) {
+fn run<B: Backend>(t: &Transformer<B>, d: &mut dyn Drafter<B>, prompt: &[u32], max_new: usize, thr: f32) -> (GenResult, Vec<Vec<u32>>) {
     let log = Rc::new(RefCell::new(Vec::new()));
     let mut rec = Recorder { inner: d, log: log.clone() };
     rec.truncate(0);
@@ -103,10 +107,13 @@ fn check(name: &str, ours: &(GenResult, Vec<Vec<u32>>), reference: &Value, max_n
 
 #[test]
 fn dspark_and_dflash_match_mlx_dspark_round_by_round() {
+    on_backend!(match_mlx_dspark)
+}
+
+fn match_mlx_dspark<B: Backend>(b: B) {
     let g: Value = serde_json::from_str(&std::fs::read_to_string(fixture("spec/golden_mlx.json")).unwrap()).unwrap();
     let max_new = g["max_new_tokens"].as_u64().unwrap() as usize;
-    let t = target();
-    let b = B::cpu();
+    let t = target(&b);
     let mut dspark = load_dspark(&b, &fixture("spec/models/dspark"), &t).unwrap();
     let mut dflash = load_dflash(&b, &fixture("spec/models/dflash"), &t).unwrap();
     let mut dflash_acc = load_dflash(&b, &fixture("spec/models/dflash-accept"), &t).unwrap();
@@ -125,9 +132,12 @@ fn dspark_and_dflash_match_mlx_dspark_round_by_round() {
 
 #[test]
 fn dflash_matches_zlab_torch() {
+    on_backend!(match_zlab)
+}
+
+fn match_zlab<B: Backend>(b: B) {
     let g = golden_zlab();
-    let t = target();
-    let b = B::cpu();
+    let t = target(&b);
     for case in g["cases"].as_array().unwrap() {
         let prompt = as_u32s(&case["prompt_ids"]);
         for (key, dir) in [("dflash", "dflash"), ("dflash_accept", "dflash-accept")] {

@@ -2,8 +2,9 @@
 //! draft caps, budgets and eos sets, the speculative tokens equal the baseline tokens exactly.
 //! Drafters range from never accepted (independent random) through partially accepted
 //! (perturbed copies, aligned heads) to always accepted (the target's own weights).
+//! Runs on the backend of `DSPARK_BACKEND` (candle, or MLX with the `mlx` feature).
 
-use dspark_engine::backend::candle::CandleBackend;
+use dspark_engine::backend::Backend;
 use dspark_engine::drafters::draft_model::DraftModel;
 use dspark_engine::generate::{baseline, GenParams, GenResult};
 use dspark_engine::model::transformer::Transformer;
@@ -12,9 +13,10 @@ use dspark_engine::spec::{decode, Drafter, SpecParams};
 use dspark_engine::drafters::{dflash_from_parts, dspark_from_parts};
 use dspark_engine::testing::{perturbed, random_dflash, random_dspark, random_target, DrafterSpec, Gen, RandomSpec};
 use dspark_engine::weights::MemorySource;
+use dspark_tests::on_backend;
 
-fn model(spec: &RandomSpec, src: &MemorySource) -> Transformer<CandleBackend> {
-    Transformer::load(&CandleBackend::cpu(), spec.config(), src).unwrap()
+fn model<B: Backend>(b: &B, spec: &RandomSpec, src: &MemorySource) -> Transformer<B> {
+    Transformer::load(b, spec.config(), src).unwrap()
 }
 
 struct Case {
@@ -37,12 +39,12 @@ fn cases(seed: u64, n: usize, vocab: u32) -> Vec<Case> {
         .collect()
 }
 
-fn run_baseline(t: &Transformer<CandleBackend>, c: &Case) -> GenResult {
+fn run_baseline<B: Backend>(t: &Transformer<B>, c: &Case) -> GenResult {
     let p = GenParams { max_new_tokens: c.max_new, sampling: SamplingParams::greedy(), eos: c.eos.clone() };
     baseline::generate(t, &mut t.new_cache(), &c.prompt, &p, &mut Vec::new()).unwrap()
 }
 
-fn run_spec(t: &Transformer<CandleBackend>, d: &mut dyn Drafter<CandleBackend>, c: &Case) -> GenResult {
+fn run_spec<B: Backend>(t: &Transformer<B>, d: &mut dyn Drafter<B>, c: &Case) -> GenResult {
     let p = GenParams { max_new_tokens: c.max_new, sampling: SamplingParams::greedy(), eos: c.eos.clone() };
     let s = SpecParams { max_draft: c.cap, confidence_threshold: 0.0 };
     let mut cache = t.new_cache();
@@ -56,17 +58,21 @@ fn run_spec(t: &Transformer<CandleBackend>, d: &mut dyn Drafter<CandleBackend>, 
 
 #[test]
 fn draft_model_greedy_equals_baseline() {
+    on_backend!(draft_model_greedy)
+}
+
+fn draft_model_greedy<B: Backend>(b: B) {
     let mut combos = 0;
     let mut accepted_runs = [0usize; 3];
     for seed in 0..4u64 {
         let spec = RandomSpec::tiny(64);
         let (_, tsrc) = random_target(&spec, seed);
-        let target = model(&spec, &tsrc);
+        let target = model(&b, &spec, &tsrc);
         // drafters: the target itself, a perturbed copy, an unrelated model
         let (_, other) = random_target(&spec, 1000 + seed);
         let drafters = [tsrc.clone(), perturbed(&tsrc, 0.3, seed), other];
         for (k, dsrc) in drafters.iter().enumerate() {
-            let mut d = DraftModel::new(model(&spec, dsrc), 64, 8).unwrap();
+            let mut d = DraftModel::new(model(&b, &spec, dsrc), 64, 8).unwrap();
             for c in cases(seed * 10 + k as u64, 6, 64) {
                 let base = run_baseline(&target, &c);
                 let sp = run_spec(&target, &mut d, &c);
@@ -90,17 +96,21 @@ fn drafter_spec(spec: &RandomSpec, block: usize, taps: Vec<usize>) -> DrafterSpe
 
 #[test]
 fn dspark_greedy_equals_baseline() {
+    on_backend!(dspark_greedy)
+}
+
+fn dspark_greedy<B: Backend>(b: B) {
     let mut combos = 0;
     let mut long_runs = 0;
     for seed in 0..4u64 {
         // weak layers: the target is close to its bigram chain, which the aligned head follows
         let spec = RandomSpec { layer_scale: 0.15, ..RandomSpec::tiny(64) };
         let (_, tsrc) = random_target(&spec, 20 + seed);
-        let target = model(&spec, &tsrc);
+        let target = model(&b, &spec, &tsrc);
         let ds = drafter_spec(&spec, 7, vec![0, 1, 2]);
         for (k, align) in [Some(4.0f32), None].into_iter().enumerate() {
             let (cfg, dsrc) = random_dspark(&spec, &tsrc, &ds, align, seed);
-            let mut d = dspark_from_parts(&CandleBackend::cpu(), &cfg, &dsrc, &target).unwrap();
+            let mut d = dspark_from_parts(&b, &cfg, &dsrc, &target).unwrap();
             for c in cases(seed * 10 + 100 + k as u64, 10, 64) {
                 let base = run_baseline(&target, &c);
                 let sp = run_spec(&target, &mut d, &c);
@@ -119,14 +129,18 @@ fn dspark_greedy_equals_baseline() {
 
 #[test]
 fn dflash_greedy_equals_baseline() {
+    on_backend!(dflash_greedy)
+}
+
+fn dflash_greedy<B: Backend>(b: B) {
     let mut combos = 0;
     for seed in 0..4u64 {
         let spec = RandomSpec::tiny(64);
         let (_, tsrc) = random_target(&spec, 40 + seed);
-        let target = model(&spec, &tsrc);
+        let target = model(&b, &spec, &tsrc);
         let ds = DrafterSpec { layer_scale: 3.0, ..drafter_spec(&spec, 8, vec![0, 2]) };
         let (cfg, dsrc) = random_dflash(&spec, &ds, seed);
-        let mut d = dflash_from_parts(&CandleBackend::cpu(), &cfg, &dsrc, &target).unwrap();
+        let mut d = dflash_from_parts(&b, &cfg, &dsrc, &target).unwrap();
         for c in cases(seed * 10 + 200, 12, 64) {
             let base = run_baseline(&target, &c);
             let sp = run_spec(&target, &mut d, &c);

@@ -7,8 +7,13 @@ pub struct ModelArgs {
     /// Model directory, .gguf file, or `demo`.
     #[arg(long, default_value = "demo")]
     pub model: String,
-    /// cpu, cuda or cuda:N.
-    #[arg(long, default_value = "cpu")]
+    /// Tensor backend: auto (MLX on Apple Silicon builds with the `mlx` feature, else
+    /// candle), candle or mlx.
+    #[arg(long, env = "DSPARK_BACKEND", default_value = "auto", value_parser = ["auto", "candle", "mlx"])]
+    pub backend: String,
+    /// auto, cpu, cuda or cuda:N (candle); auto, cpu or gpu (mlx; auto is the GPU on Apple
+    /// Silicon).
+    #[arg(long, default_value = "auto")]
     pub device: String,
     /// Activation dtype: f32, f16 or bf16 (default: f32 on cpu, bf16 on cuda).
     #[arg(long)]

@@ -13,7 +13,7 @@ use dspark_engine::sampling::SamplingParams;
 use serde_json::json;
 
 use crate::args::{ModelArgs, SamplingArgs, SpecArgs};
-use crate::model_arg::{backend, build_pipeline, resolve_model};
+use crate::model_arg::{any_backend, build_pipeline, resolve_model, AnyBackend, CliBackend};
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
@@ -40,8 +40,15 @@ pub struct GenerateArgs {
 }
 
 pub fn run(a: GenerateArgs) -> Result<()> {
+    match any_backend(&a.model)? {
+        AnyBackend::Candle(b) => run_on(b, a),
+        #[cfg(feature = "mlx")]
+        AnyBackend::Mlx(b) => run_on(b, a),
+    }
+}
+
+fn run_on<B: CliBackend>(b: B, a: GenerateArgs) -> Result<()> {
     let path = resolve_model(&a.model.model)?;
-    let b = backend(&a.model.device, a.model.dtype.as_deref(), a.model.keep_quantized)?;
     let lm = load_model(&b, &path, None).with_context(|| format!("loading {}", path.display()))?;
     let prompt = encode_prompt(&lm, &a)?;
     let mut pipe = build_pipeline(&a.model, &a.spec, lm, &b)?;

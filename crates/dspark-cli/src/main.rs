@@ -3,6 +3,7 @@
 
 mod args;
 mod bench;
+mod bench_backends;
 mod generate;
 mod model_arg;
 mod serve;
@@ -22,6 +23,8 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Measure prefill/decode speed (speculative modes side by side with baseline); writes JSON.
     Bench(bench::BenchArgs),
+    /// Decode tok/s of one model on candle-CPU and MLX-CPU side by side (informational).
+    BenchBackends(bench_backends::BenchBackendsArgs),
     /// Serve the model over an OpenAI-compatible HTTP API (chat, completions, SSE, tools).
     Serve(serve::ServeArgs),
 }
@@ -38,6 +41,7 @@ fn main() {
     let res = match cli.command {
         Command::Generate(a) => generate::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::BenchBackends(a) => bench_backends::run(a),
         Command::Serve(a) => serve::run(a),
     };
     if let Err(e) = res {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use dspark_engine::backend::candle::CandleBackend;
-use dspark_engine::backend::DType;
+use dspark_engine::backend::{Backend, DType};
 use dspark_engine::load::LoadedModel;
 use dspark_engine::pipeline::{default_max_draft, load_drafter, Pipeline};
 use dspark_engine::spec::{Mode, SpecParams};
@@ -23,10 +23,71 @@ pub fn resolve_model(model: &str) -> Result<PathBuf> {
     bail!("model `{model}` not found: pass a model directory, a .gguf file, or `demo`")
 }
 
+/// The backend of `--backend` / `--device` / `--dtype`.
+pub enum AnyBackend {
+    Candle(CandleBackend),
+    #[cfg(feature = "mlx")]
+    Mlx(dspark_engine::backend::mlx::MlxBackend),
+}
+
+/// Resolves `--backend auto` (MLX on Apple Silicon when built with `mlx`, else candle).
+pub fn any_backend(m: &ModelArgs) -> Result<AnyBackend> {
+    let mlx = match m.backend.as_str() {
+        "candle" => false,
+        "mlx" => true,
+        "auto" => cfg!(all(feature = "mlx", target_os = "macos", target_arch = "aarch64")),
+        other => bail!("unknown backend `{other}` (auto, candle, mlx)"),
+    };
+    if !mlx {
+        return backend(&m.device, m.dtype.as_deref(), m.keep_quantized).map(AnyBackend::Candle);
+    }
+    mlx_backend(m)
+}
+
+#[cfg(feature = "mlx")]
+fn mlx_backend(m: &ModelArgs) -> Result<AnyBackend> {
+    use dspark_engine::backend::mlx::MlxBackend;
+    let b = match m.device.as_str() {
+        "auto" => MlxBackend::default_device(),
+        "cpu" => MlxBackend::cpu(),
+        "gpu" | "metal" => MlxBackend::gpu(),
+        other => bail!("unknown MLX device `{other}` (auto, cpu, gpu)"),
+    };
+    let b = match m.dtype.as_deref() {
+        None => b,
+        Some(s) => b.with_dtype(DType::parse(s).with_context(|| format!("unknown dtype `{s}`"))?),
+    };
+    Ok(AnyBackend::Mlx(b))
+}
+
+#[cfg(not(feature = "mlx"))]
+fn mlx_backend(_: &ModelArgs) -> Result<AnyBackend> {
+    bail!("this dspark was built without MLX (rebuild with --features mlx)")
+}
+
+/// A backend the CLI can drive: how it runs a draft model.
+pub trait CliBackend: Backend {
+    /// The backend for a draft model (candle keeps GGUF weights quantized for speed).
+    fn draft_backend(&self) -> Self;
+}
+
+impl CliBackend for CandleBackend {
+    fn draft_backend(&self) -> Self {
+        self.clone().keep_quantized(true)
+    }
+}
+
+#[cfg(feature = "mlx")]
+impl CliBackend for dspark_engine::backend::mlx::MlxBackend {
+    fn draft_backend(&self) -> Self {
+        self.clone()
+    }
+}
+
 /// The candle backend for `--device` / `--dtype`.
 pub fn backend(device: &str, dtype: Option<&str>, keep_quantized: bool) -> Result<CandleBackend> {
     let b = match device {
-        "cpu" => CandleBackend::cpu(),
+        "cpu" | "auto" => CandleBackend::cpu(),
         d if d.starts_with("cuda") => {
             let ordinal = d.strip_prefix("cuda:").map(str::parse).transpose()?.unwrap_or(0);
             CandleBackend::cuda(ordinal).context("CUDA is not available (build with --features cuda)")?
@@ -41,12 +102,12 @@ pub fn backend(device: &str, dtype: Option<&str>, keep_quantized: bool) -> Resul
 }
 
 /// The target plus the drafter of `--mode`.
-pub fn build_pipeline(
+pub fn build_pipeline<B: CliBackend>(
     m: &ModelArgs,
     s: &SpecArgs,
-    lm: LoadedModel<CandleBackend>,
-    b: &CandleBackend,
-) -> Result<Pipeline<CandleBackend>> {
+    lm: LoadedModel<B>,
+    b: &B,
+) -> Result<Pipeline<B>> {
     let mode = Mode::parse(&s.mode).with_context(|| format!("unknown mode `{}`", s.mode))?;
     let max_draft = s.max_draft.unwrap_or_else(|| default_max_draft(mode));
     let spec = SpecParams { max_draft: max_draft.max(1), confidence_threshold: s.confidence_threshold };
@@ -63,7 +124,7 @@ pub fn build_pipeline(
                 ),
             };
             // the demo's draft model is the same GGUF kept quantized
-            let draft_backend = b.clone().keep_quantized(true);
+            let draft_backend = b.draft_backend();
             let block = if mode == Mode::Draft { max_draft.clamp(1, 16) } else { 16 };
             Some(
                 load_drafter(b, &draft_backend, mode, &path, &lm.model, block)

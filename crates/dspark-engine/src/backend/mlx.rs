@@ -366,7 +366,7 @@ impl Backend for MlxBackend {
     }
 
     fn rope_prepare(&self, spec: &RopeSpec, max_positions: usize) -> BResult<MlxRope> {
-        let periods: Vec<f32> = spec.inv_freq.iter().map(|&f| 1.0 / f).collect();
+        let periods: Vec<f32> = spec.inv_freq.iter().map(|&f| period_of(f)).collect();
         Ok(MlxRope {
             freqs: Array::from_slice(&periods, &shape_i32(&[periods.len()])?),
             dims: 2 * periods.len() as i32,
@@ -541,6 +541,21 @@ impl MlxBackend {
             a.as_dtype(Dtype::Uint32).map_err(err)
         }
     }
+}
+
+/// A period `p` with `1 / p == inv_freq` in f32 (MLX inverts the periods it is given), so the
+/// rotation frequencies are exactly the spec's, not off by a double rounding.
+fn period_of(inv_freq: f32) -> f32 {
+    let p = (1.0 / inv_freq as f64) as f32;
+    let candidates = [
+        p,
+        f32::from_bits(p.to_bits() + 1),
+        f32::from_bits(p.to_bits().saturating_sub(1)),
+    ];
+    candidates
+        .into_iter()
+        .find(|&c| 1.0 / c == inv_freq)
+        .unwrap_or(p)
 }
 
 fn check_len(len: usize, shape: &[usize]) -> BResult<()> {
