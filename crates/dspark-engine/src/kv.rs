@@ -106,3 +106,63 @@ impl<B: Backend> KvCache<B> {
         }
     }
 }
+
+/// One layer's committed keys and values on the host: `([1, h, len, d], k, v)`.
+pub type HostLayer = (Vec<usize>, Vec<f32>, Vec<f32>);
+
+impl<B: Backend> KvCache<B> {
+    /// A deep copy of the first `len` positions (independent storage, so later in-place
+    /// writes to either cache never show in the other).
+    pub fn deep_prefix(&self, b: &B, len: usize) -> BResult<Self> {
+        let len = len.min(self.len);
+        let mut out = KvCache::new(self.layers.len(), self.max_len);
+        for i in 0..self.layers.len() {
+            if let Some((k, v)) = self.layer_view(b, i)? {
+                let (k, v) = (b.narrow(&k, 2, 0, len)?, b.narrow(&v, 2, 0, len)?);
+                out.append(b, i, &k, &v)?;
+            }
+        }
+        out.len = len;
+        Ok(out)
+    }
+
+    /// Bytes held by the committed positions (`elem` bytes per element).
+    pub fn nbytes(&self, b: &B, elem: usize) -> usize {
+        self.layers
+            .iter()
+            .filter_map(|l| l.k.as_ref())
+            .map(|k| {
+                let d = b.dims(k);
+                2 * d[1] * self.len * d[3] * elem
+            })
+            .sum()
+    }
+
+    /// Committed positions of every layer, copied to the host.
+    pub fn export(&self, b: &B) -> BResult<Vec<HostLayer>> {
+        let mut out = Vec::with_capacity(self.layers.len());
+        for i in 0..self.layers.len() {
+            match self.layer_view(b, i)? {
+                Some((k, v)) => out.push((b.dims(&k), b.to_f32_vec(&k)?, b.to_f32_vec(&v)?)),
+                None => out.push((vec![1, 0, 0, 0], vec![], vec![])),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Rebuilds a cache from [`KvCache::export`] output.
+    pub fn import(b: &B, layers: &[HostLayer], max_len: usize) -> BResult<Self> {
+        let mut out = KvCache::new(layers.len(), max_len);
+        let mut len = 0;
+        for (i, (shape, k, v)) in layers.iter().enumerate() {
+            if shape.iter().product::<usize>() == 0 {
+                continue;
+            }
+            let (kt, vt) = (b.from_f32(k, shape)?, b.from_f32(v, shape)?);
+            out.append(b, i, &kt, &vt)?;
+            len = shape[2];
+        }
+        out.len = len;
+        Ok(out)
+    }
+}

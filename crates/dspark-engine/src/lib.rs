@@ -9,6 +9,7 @@ pub mod kv;
 pub mod load;
 pub mod model;
 pub mod pipeline;
+pub mod prefix_cache;
 pub mod queue;
 pub mod sampling;
 pub mod spec;

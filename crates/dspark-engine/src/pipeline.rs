@@ -11,7 +11,8 @@ use crate::kv::KvCache;
 use crate::load::LoadedModel;
 use crate::model::open_checkpoint;
 use crate::model::transformer::Transformer;
-use crate::spec::{decode, Drafter, Mode, SpecParams};
+use crate::prefix_cache::{PrefixCache, PrefixCacheConfig, PrefixCacheInfo};
+use crate::spec::{decode, Drafter, DrafterState, Mode, SpecParams};
 
 pub struct Pipeline<B: Backend> {
     pub target: LoadedModel<B>,
@@ -19,6 +20,7 @@ pub struct Pipeline<B: Backend> {
     pub spec: SpecParams,
     drafter: Option<Box<dyn Drafter<B>>>,
     cache: KvCache<B>,
+    prefix: Option<PrefixCache<B>>,
 }
 
 /// Default drafts per round when `--max-draft` is not given.
@@ -60,7 +62,35 @@ impl<B: Backend> Pipeline<B> {
             return Err(EngineError::Invalid(format!("{} mode needs a drafter", mode.as_str())));
         }
         let cache = target.model.new_cache();
-        Ok(Pipeline { target, mode, spec, drafter, cache })
+        Ok(Pipeline { target, mode, spec, drafter, cache, prefix: None })
+    }
+
+    /// Turns on the prefix cache. `drafter_label` (e.g. the drafter's path) joins the model
+    /// path, mode and dtype in the fingerprint that keeps spilled files of other setups out.
+    pub fn enable_prefix_cache(&mut self, cfg: PrefixCacheConfig, drafter_label: &str) {
+        let b = self.target.model.backend();
+        let fp = format!(
+            "{}|{}|{}|{:?}|{}",
+            self.target.path.display(),
+            self.mode.as_str(),
+            drafter_label,
+            b.compute_dtype(),
+            b.device_label()
+        );
+        let shape = (self.target.model.cfg.num_layers, self.target.model.cfg.max_position_embeddings);
+        self.prefix = Some(PrefixCache::new(b, cfg, &fp, shape));
+    }
+
+    /// Prefix-cache counters (`enabled: false` when off).
+    pub fn prefix_cache_info(&self) -> PrefixCacheInfo {
+        self.prefix.as_ref().map(|p| p.info()).unwrap_or_default()
+    }
+
+    /// Drops every cached prefix.
+    pub fn clear_prefix_cache(&mut self) {
+        if let Some(p) = self.prefix.as_mut() {
+            p.clear();
+        }
     }
 
     pub fn drafter_name(&self) -> Option<&'static str> {
@@ -73,15 +103,67 @@ impl<B: Backend> Pipeline<B> {
         baseline::generate(&self.target.model, &mut self.cache, prompt, params, sink)
     }
 
-    /// One generation from scratch.
+    /// One generation, starting from the longest cached prefix when the prefix cache is on.
+    /// On success the computed state is kept (also for a cancelled request); on an error only
+    /// the state of this request is dropped.
     pub fn generate(&mut self, prompt: &[u32], params: &GenParams, sink: &mut dyn TokenSink) -> Result<GenResult, EngineError> {
-        self.cache.clear();
-        match (&mut self.drafter, self.mode) {
-            (Some(d), m) if m != Mode::Baseline => {
+        let Some(prefix) = self.prefix.as_mut() else {
+            self.cache.clear();
+            if let Some(d) = self.drafter.as_mut() {
                 d.truncate(0);
+            }
+            return self.run(prompt, params, sink, None);
+        };
+        let (cache, dstate) = match prefix.acquire(prompt) {
+            Some(a) => (a.target, a.drafter),
+            None => (self.target.model.new_cache(), DrafterState::empty()),
+        };
+        let r = self.run(prompt, params, sink, Some((cache, dstate)));
+        let result = r?;
+        let mut cache = std::mem::replace(&mut self.cache, self.target.model.new_cache());
+        let mut dstate = match self.drafter.as_mut() {
+            Some(d) if self.mode != Mode::Baseline => d.take_state(),
+            _ => DrafterState::empty(),
+        };
+        let len = cache.len().min(prompt.len() + result.tokens.len());
+        cache.truncate(len);
+        dstate.truncate(len);
+        let mut seq = prompt.to_vec();
+        seq.extend_from_slice(&result.tokens);
+        seq.truncate(len);
+        let elem = self.target.model.backend().compute_dtype().size_in_bytes();
+        if let Some(p) = self.prefix.as_mut() {
+            p.store(seq, cache, dstate, elem);
+        }
+        Ok(result)
+    }
+
+    fn run(
+        &mut self,
+        prompt: &[u32],
+        params: &GenParams,
+        sink: &mut dyn TokenSink,
+        start: Option<(KvCache<B>, DrafterState<B>)>,
+    ) -> Result<GenResult, EngineError> {
+        if let Some((cache, dstate)) = start {
+            self.cache = cache;
+            if let Some(d) = self.drafter.as_mut() {
+                d.put_state(dstate);
+            }
+        }
+        let r = match (&mut self.drafter, self.mode) {
+            (Some(d), m) if m != Mode::Baseline => {
                 decode::generate(&self.target.model, &mut self.cache, d.as_mut(), prompt, params, &self.spec, sink)
             }
             _ => baseline::generate(&self.target.model, &mut self.cache, prompt, params, sink),
+        };
+        if r.is_err() {
+            // never keep state of a failed request
+            self.cache = self.target.model.new_cache();
+            if let Some(d) = self.drafter.as_mut() {
+                d.truncate(0);
+            }
         }
+        r
     }
 }

@@ -11,7 +11,7 @@ use crate::error::EngineError;
 use crate::model::kv_injection::KvInjectionNet;
 use crate::model::transformer::Transformer;
 use crate::sampling::{distribution, pick, sample_index, SamplingParams};
-use crate::spec::{Drafter, Proposal, SpecParams};
+use crate::spec::{Drafter, DrafterState, Proposal, SpecParams};
 
 pub struct DFlash<B: Backend> {
     net: KvInjectionNet<B>,
@@ -106,5 +106,13 @@ impl<B: Backend> Drafter<B> for DFlash<B> {
 
     fn len(&self) -> usize {
         self.net.ctx_len()
+    }
+
+    fn take_state(&mut self) -> DrafterState<B> {
+        DrafterState { kv: Some(self.net.take_context()), backlog: Vec::new() }
+    }
+
+    fn put_state(&mut self, state: DrafterState<B>) {
+        self.net.put_context(state.kv);
     }
 }

@@ -10,7 +10,7 @@ use crate::error::EngineError;
 use crate::kv::KvCache;
 use crate::model::transformer::{LogitsWanted, Transformer};
 use crate::sampling::{distribution, pick, SamplingParams};
-use crate::spec::{Drafter, Proposal, SpecParams};
+use crate::spec::{Drafter, DrafterState, Proposal, SpecParams};
 
 pub struct DraftModel<B: Backend> {
     model: Transformer<B>,
@@ -110,5 +110,15 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
 
     fn len(&self) -> usize {
         self.cache.len() + self.backlog.len()
+    }
+
+    fn take_state(&mut self) -> DrafterState<B> {
+        let kv = std::mem::replace(&mut self.cache, self.model.new_cache());
+        DrafterState { kv: Some(kv), backlog: std::mem::take(&mut self.backlog) }
+    }
+
+    fn put_state(&mut self, state: DrafterState<B>) {
+        self.cache = state.kv.unwrap_or_else(|| self.model.new_cache());
+        self.backlog = state.backlog;
     }
 }

@@ -14,7 +14,7 @@ use crate::model::kv_injection::{DrafterConfig, KvInjectionNet};
 use crate::model::layer::{linear, load_err, tensor};
 use crate::model::transformer::Transformer;
 use crate::sampling::{distribution, pick, sample_index, SamplingParams};
-use crate::spec::{Drafter, Proposal, SpecParams};
+use crate::spec::{Drafter, DrafterState, Proposal, SpecParams};
 use crate::weights::{LoadError, WeightSource};
 
 struct Confidence<B: Backend> {
@@ -225,5 +225,13 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
 
     fn len(&self) -> usize {
         self.net.ctx_len()
+    }
+
+    fn take_state(&mut self) -> DrafterState<B> {
+        DrafterState { kv: Some(self.net.take_context()), backlog: Vec::new() }
+    }
+
+    fn put_state(&mut self, state: DrafterState<B>) {
+        self.net.put_context(state.kv);
     }
 }

@@ -165,6 +165,16 @@ impl<B: Backend> KvInjectionNet<B> {
         self.ctx.truncate(len);
     }
 
+    /// Moves the context cache out, leaving an empty one.
+    pub fn take_context(&mut self) -> KvCache<B> {
+        std::mem::replace(&mut self.ctx, KvCache::new(self.cfg.num_layers, self.cfg.max_positions))
+    }
+
+    /// Installs a context cache (from [`KvInjectionNet::take_context`]); `None` empties it.
+    pub fn put_context(&mut self, ctx: Option<KvCache<B>>) {
+        self.ctx = ctx.unwrap_or_else(|| KvCache::new(self.cfg.num_layers, self.cfg.max_positions));
+    }
+
     /// Appends fused tap rows `[n, taps * H_target]` as context positions `pos..pos + n`
     /// (anything at or past `pos` is replaced).
     pub fn append_context(&mut self, fused: &B::Tensor, pos: usize) -> BResult<()> {

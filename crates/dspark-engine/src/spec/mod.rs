@@ -13,6 +13,7 @@ use rand::RngCore;
 
 use crate::backend::Backend;
 use crate::error::EngineError;
+use crate::kv::KvCache;
 use crate::model::transformer::Transformer;
 use crate::sampling::SamplingParams;
 
@@ -63,6 +64,38 @@ pub struct Proposal {
     pub q: Option<Vec<Vec<f32>>>,
 }
 
+/// A drafter's per-sequence state: its KV (or context K/V) cache, and tokens committed but
+/// not yet fed (draft-model only).
+pub struct DrafterState<B: Backend> {
+    pub kv: Option<KvCache<B>>,
+    pub backlog: Vec<u32>,
+}
+
+impl<B: Backend> DrafterState<B> {
+    pub fn empty() -> Self {
+        DrafterState { kv: None, backlog: Vec::new() }
+    }
+    /// Committed positions this state covers.
+    pub fn len(&self) -> usize {
+        self.kv.as_ref().map_or(0, |k| k.len()) + self.backlog.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Cuts the state back to `len` committed positions.
+    pub fn truncate(&mut self, len: usize) {
+        let kv_len = self.kv.as_ref().map_or(0, |k| k.len());
+        if len <= kv_len {
+            if let Some(k) = self.kv.as_mut() {
+                k.truncate(len);
+            }
+            self.backlog.clear();
+        } else {
+            self.backlog.truncate(len - kv_len);
+        }
+    }
+}
+
 /// A source of draft tokens. Positions are absolute sequence positions.
 pub trait Drafter<B: Backend> {
     fn name(&self) -> &'static str;
@@ -94,6 +127,10 @@ pub trait Drafter<B: Backend> {
     fn truncate(&mut self, len: usize);
     /// Committed positions the drafter holds.
     fn len(&self) -> usize;
+    /// Moves the drafter's per-sequence state out (leaving it empty), for a prefix cache.
+    fn take_state(&mut self) -> DrafterState<B>;
+    /// Installs state produced by [`Drafter::take_state`] for the same drafter.
+    fn put_state(&mut self, state: DrafterState<B>);
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
