@@ -3,6 +3,7 @@
 
 mod args;
 mod bench;
+mod bench_server;
 mod bench_backends;
 mod generate;
 mod model_arg;
@@ -27,6 +28,8 @@ enum Command {
     BenchBackends(bench_backends::BenchBackendsArgs),
     /// Serve the model over an OpenAI-compatible HTTP API (chat, completions, SSE, tools).
     Serve(serve::ServeArgs),
+    /// Server overhead per streamed token vs engine-only, and TTFT p50/p99 at 1/4/16 clients.
+    BenchServer(bench_server::BenchServerArgs),
 }
 
 fn main() {
@@ -43,6 +46,7 @@ fn main() {
         Command::Bench(a) => bench::run(a),
         Command::BenchBackends(a) => bench_backends::run(a),
         Command::Serve(a) => serve::run(a),
+        Command::BenchServer(a) => bench_server::run(a),
     };
     if let Err(e) = res {
         eprintln!("dspark: error: {e:#}");
