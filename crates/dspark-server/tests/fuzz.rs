@@ -89,7 +89,7 @@ fn body(rng: &mut ChaCha8Rng, case: usize) -> Vec<u8> {
     }
     match rng.random_range(0..9) {
         // a field of a good request replaced by a value of a random type
-        0 | 1 | 2 => {
+        0..=2 => {
             let mut v = good_chat();
             for _ in 0..rng.random_range(1..4) {
                 let f = fields[rng.random_range(0..fields.len())];
