@@ -14,7 +14,7 @@ use dspark_server::scripted::{Script, ScriptedEngine};
 use dspark_server::{app, AppState, Cors, Engine, ServerConfig};
 
 use crate::args::{ModelArgs, SpecArgs};
-use crate::model_arg::{backend, build_pipeline, resolve_model};
+use crate::model_arg::{any_backend, build_pipeline, resolve_model, AnyBackend, CliBackend};
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
@@ -78,16 +78,31 @@ fn start_engine(a: &ServeArgs) -> Result<(Arc<dyn Engine>, String, String)> {
     let id = model_id(a, Some(&path));
     let (m, s) = (a.model.clone(), a.spec.clone());
     let p2 = path.clone();
-    let handle = EngineHandle::spawn(
+    let handle = match any_backend(&a.model)? {
+        AnyBackend::Candle(b) => spawn_on(b, m, s, p2, a.queue)?,
+        #[cfg(feature = "mlx")]
+        AnyBackend::Mlx(b) => spawn_on(b, m, s, p2, a.queue)?,
+    };
+    Ok((Arc::new(handle), id, path.display().to_string()))
+}
+
+/// The engine worker on backend `b`: the model and drafter are built on the worker thread,
+/// which then owns every tensor (MLX arrays included).
+fn spawn_on<B: CliBackend>(
+    b: B,
+    m: ModelArgs,
+    s: SpecArgs,
+    path: PathBuf,
+    queue: usize,
+) -> Result<EngineHandle> {
+    EngineHandle::spawn(
         move || -> Result<_> {
-            let b = backend(&m.device, m.dtype.as_deref(), m.keep_quantized)?;
-            let lm =
-                load_model(&b, &p2, None).with_context(|| format!("loading {}", p2.display()))?;
+            let lm = load_model(&b, &path, None)
+                .with_context(|| format!("loading {}", path.display()))?;
             build_pipeline(&m, &s, lm, &b)
         },
-        a.queue,
-    )?;
-    Ok((Arc::new(handle), id, path.display().to_string()))
+        queue,
+    )
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
