@@ -4,7 +4,7 @@
 //! worker (`FnMut(Event) -> bool`); a `false` return means "client gone" and cancels the
 //! generation at the next round. Knows nothing about HTTP or async runtimes.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -225,23 +225,13 @@ fn run_worker<B: Backend>(mut pipe: Pipeline<B>, rx: JobRx) {
     let eos = pipe.target.eos_ids();
     let tokenizer = pipe.target.tokenizer.clone();
     while let Some((job, queued_at)) = rx.recv() {
-        let counters = rx.counters();
-        let outcome = run_job(&mut pipe, &tokenizer, &eos, job, queued_at, counters);
-        match outcome {
-            JobOutcome::Completed => counters.completed.fetch_add(1, Ordering::Relaxed),
-            JobOutcome::Cancelled => counters.cancelled.fetch_add(1, Ordering::Relaxed),
-            JobOutcome::Failed => counters.failed.fetch_add(1, Ordering::Relaxed),
-        };
-        counters.running.store(0, Ordering::Relaxed);
+        run_job(&mut pipe, &tokenizer, &eos, job, queued_at, rx.counters());
+        rx.counters().running.store(0, Ordering::Relaxed);
     }
 }
 
-enum JobOutcome {
-    Completed,
-    Cancelled,
-    Failed,
-}
-
+/// Runs one job. Counters are updated before the final event goes out, so whoever receives
+/// `Done` or `Error` already sees them (a `Done` nobody receives is re-counted as cancelled).
 fn run_job<B: Backend>(
     pipe: &mut Pipeline<B>,
     tokenizer: &Tokenizer,
@@ -249,12 +239,14 @@ fn run_job<B: Backend>(
     mut job: Job,
     queued_at: Instant,
     counters: &Counters,
-) -> JobOutcome {
+) {
+    let bump = |c: &AtomicU64| c.fetch_add(1, Ordering::Relaxed);
     counters.running.store(1, Ordering::Relaxed);
     if !(job.on_event)(Event::Started {
         queued_secs: queued_at.elapsed().as_secs_f64(),
     }) {
-        return JobOutcome::Cancelled;
+        bump(&counters.cancelled);
+        return;
     }
     let params = GenParams {
         max_new_tokens: job.params.max_new_tokens,
@@ -271,7 +263,9 @@ fn run_job<B: Backend>(
     let res = pipe.generate(&job.prompt, &params, &mut sink);
     let gone = sink.gone;
     match res {
-        Ok(r) if r.finish_reason == FinishReason::Cancelled || gone => JobOutcome::Cancelled,
+        Ok(r) if r.finish_reason == FinishReason::Cancelled || gone => {
+            bump(&counters.cancelled);
+        }
         Ok(r) => {
             let stopped = sink.finish();
             let accept_len = r.mean_accept_len();
@@ -284,16 +278,18 @@ fn run_job<B: Backend>(
                 tokens_per_sec,
                 stats: r.stats,
             };
-            if (job.on_event)(Event::Done(summary)) {
-                JobOutcome::Completed
-            } else {
-                JobOutcome::Cancelled
+            bump(&counters.completed);
+            counters.running.store(0, Ordering::Relaxed);
+            if !(job.on_event)(Event::Done(summary)) {
+                counters.completed.fetch_sub(1, Ordering::Relaxed);
+                bump(&counters.cancelled);
             }
         }
         Err(e) => {
             tracing::warn!("generation failed: {e}");
+            bump(&counters.failed);
+            counters.running.store(0, Ordering::Relaxed);
             (job.on_event)(Event::Error(e));
-            JobOutcome::Failed
         }
     }
 }

@@ -131,34 +131,32 @@ impl ScriptedEngine {
                 .wait_timeout_while(held, Duration::from_secs(60), |h| *h);
         }
         let t0 = Instant::now();
-        let cancelled = self.rounds(prompt, &params, &mut on_event);
+        let outcome = self.rounds(prompt, &params, &mut on_event);
+        // counters move before the final event, so its receiver already sees them
         sh.in_flight.fetch_sub(1, Ordering::SeqCst);
-        match cancelled {
-            Err(()) => {
-                sh.cancelled.fetch_add(1, Ordering::SeqCst);
-            }
-            Ok((n, stopped, finish)) => {
-                let secs = t0.elapsed().as_secs_f64();
-                let summary = Summary {
-                    finish_reason: finish,
-                    stopped_by_string: stopped,
-                    completion_tokens: n,
-                    accept_len: 1.0,
-                    tokens_per_sec: if secs > 0.0 { n as f64 / secs } else { 0.0 },
-                    stats: GenStats {
-                        accept_lengths: vec![1; n],
-                        target_forwards: n,
-                        prompt_tokens: prompt.chars().count(),
-                        decode_secs: secs,
-                        ..Default::default()
-                    },
-                };
-                if on_event(Event::Done(summary)) {
-                    sh.completed.fetch_add(1, Ordering::SeqCst);
-                } else {
-                    sh.cancelled.fetch_add(1, Ordering::SeqCst);
-                }
-            }
+        let Ok((n, stopped, finish)) = outcome else {
+            sh.cancelled.fetch_add(1, Ordering::SeqCst);
+            return;
+        };
+        let secs = t0.elapsed().as_secs_f64();
+        let summary = Summary {
+            finish_reason: finish,
+            stopped_by_string: stopped,
+            completion_tokens: n,
+            accept_len: 1.0,
+            tokens_per_sec: if secs > 0.0 { n as f64 / secs } else { 0.0 },
+            stats: GenStats {
+                accept_lengths: vec![1; n],
+                target_forwards: n,
+                prompt_tokens: prompt.chars().count(),
+                decode_secs: secs,
+                ..Default::default()
+            },
+        };
+        sh.completed.fetch_add(1, Ordering::SeqCst);
+        if !on_event(Event::Done(summary)) {
+            sh.completed.fetch_sub(1, Ordering::SeqCst);
+            sh.cancelled.fetch_add(1, Ordering::SeqCst);
         }
     }
 
