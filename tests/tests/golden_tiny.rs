@@ -155,3 +155,22 @@ fn bad_checkpoints<B: Backend>(b: B) {
     assert!(e.to_string().contains("unsupported architecture `mamba`"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn long_prompts_are_chunked_without_changing_results() {
+    let m = load("qwen3");
+    let b = m.backend().clone();
+    let ids: Vec<u32> = (0..1100u32).map(|i| (i * 7919 + 13) % 512).collect();
+    let mut one = m.new_cache();
+    let a = m.forward(&ids, &mut one, &[1], LogitsWanted::All).unwrap();
+    let mut two = m.new_cache();
+    m.forward(&ids[..700], &mut two, &[1], LogitsWanted::None).unwrap();
+    let c = m.forward(&ids[700..], &mut two, &[1], LogitsWanted::All).unwrap();
+    let (la, lc) = (b.to_f32_vec(a.logits.as_ref().unwrap()).unwrap(), b.to_f32_vec(c.logits.as_ref().unwrap()).unwrap());
+    let v = m.cfg.vocab_size;
+    assert_eq!(la.len(), 1100 * v);
+    assert!(max_abs_diff(&la[700 * v..], &lc) < TOL);
+    let (ta, tc) = (b.to_f32_vec(a.taps.as_ref().unwrap()).unwrap(), b.to_f32_vec(c.taps.as_ref().unwrap()).unwrap());
+    assert!(max_abs_diff(&ta[700 * 64..], &tc) < TOL);
+    assert_eq!(one.len(), 1100);
+}

@@ -15,6 +15,8 @@ use dspark_engine::pipeline::Pipeline;
 use dspark_engine::sampling::SamplingParams;
 use serde_json::json;
 
+mod prefix;
+
 use crate::args::{ModelArgs, SpecArgs};
 use crate::model_arg::{backend, build_pipeline, resolve_model};
 
@@ -36,6 +38,10 @@ pub struct BenchArgs {
     /// Python with torch + transformers: also time HF transformers (GGUF models) on the same ids.
     #[arg(long)]
     pub hf_python: Option<PathBuf>,
+    /// Instead: time-to-first-token of a follow-up turn with and without the prefix cache at
+    /// these shared-history lengths (e.g. 250,750,2000).
+    #[arg(long, value_delimiter = ',')]
+    pub prefix_cache: Vec<usize>,
 }
 
 const BUILTIN: [&str; 6] = [
@@ -133,6 +139,16 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let b = backend(&a.model.device, a.model.dtype.as_deref(), a.model.keep_quantized)?;
     let lm = dspark_engine::load::load_model(&b, &path, None).with_context(|| format!("loading {}", path.display()))?;
     let mut pipe: Pipeline<_> = build_pipeline(&a.model, &a.spec, lm, &b)?;
+    if !a.prefix_cache.is_empty() {
+        let rows = prefix::run(&mut pipe, &a.prefix_cache, &a.model.model)?;
+        let out = json!({"model": path.display().to_string(), "mode": pipe.mode.as_str(), "prefix_cache_ttft": rows});
+        if let Some(dir) = a.out.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&a.out, serde_json::to_string_pretty(&out)?)?;
+        println!("wrote {}", a.out.display());
+        return Ok(());
+    }
     let params = GenParams { max_new_tokens: a.max_tokens, sampling: SamplingParams::greedy(), eos: vec![] };
     let texts = prompts(a.prompts);
     let tok = pipe.target.tokenizer.clone();

@@ -16,6 +16,9 @@ pub enum LogitsWanted {
     None,
 }
 
+/// Prefill chunk length: bounds the `[heads, L, L]` attention scores of long prompts.
+pub const PREFILL_CHUNK: usize = 512;
+
 pub struct ForwardOut<B: Backend> {
     /// `[rows, vocab]`: all L rows, the last row, or zero rows.
     pub logits: Option<B::Tensor>,
@@ -94,8 +97,44 @@ impl<B: Backend> Transformer<B> {
         self.backend.matmul(hn, &self.lm_head)
     }
 
-    /// Runs `ids` at positions `cache.len()..` and commits them to the cache.
+    /// Runs `ids` at positions `cache.len()..` and commits them to the cache. Long inputs are
+    /// processed in chunks of [`PREFILL_CHUNK`] tokens, which bounds the attention scratch
+    /// memory; results are identical to one pass.
     pub fn forward(
+        &self,
+        ids: &[u32],
+        cache: &mut KvCache<B>,
+        taps: &[usize],
+        want: LogitsWanted,
+    ) -> BResult<ForwardOut<B>> {
+        if ids.len() <= PREFILL_CHUNK {
+            return self.forward_chunk(ids, cache, taps, want);
+        }
+        let b = &self.backend;
+        let (mut logits, mut tapped) = (vec![], vec![]);
+        let chunks: Vec<&[u32]> = ids.chunks(PREFILL_CHUNK).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let last = i + 1 == chunks.len();
+            let w = match want {
+                LogitsWanted::All => LogitsWanted::All,
+                LogitsWanted::Last if last => LogitsWanted::Last,
+                _ => LogitsWanted::None,
+            };
+            let out = self.forward_chunk(chunk, cache, taps, w)?;
+            logits.extend(out.logits);
+            tapped.extend(out.taps);
+        }
+        let cat = |v: Vec<B::Tensor>| -> BResult<Option<B::Tensor>> {
+            match v.len() {
+                0 => Ok(None),
+                1 => Ok(v.into_iter().next()),
+                _ => b.concat(&v.iter().collect::<Vec<_>>(), 0).map(Some),
+            }
+        };
+        Ok(ForwardOut { logits: cat(logits)?, taps: cat(tapped)? })
+    }
+
+    fn forward_chunk(
         &self,
         ids: &[u32],
         cache: &mut KvCache<B>,
