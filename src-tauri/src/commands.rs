@@ -136,9 +136,8 @@ struct ChannelProgress {
 impl ChannelProgress {
     fn send(&self, force: bool) {
         let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
-        let due = st
-            .3
-            .is_none_or(|t| t.elapsed() >= Duration::from_millis(150));
+        let due =
+            st.3.is_none_or(|t| t.elapsed() >= Duration::from_millis(150));
         if force || due {
             st.3 = Some(Instant::now());
             let _ = self

@@ -52,7 +52,9 @@ impl AppSettings {
     pub fn to_toml(&self) -> String {
         // TOML basic strings accept JSON's string escapes
         let q = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
-        let mut out = String::from("# dspark settings (written by the dspark app; `dspark serve` reads them too)\n");
+        let mut out = String::from(
+            "# dspark settings (written by the dspark app; `dspark serve` reads them too)\n",
+        );
         let mut line = |k: &str, v: String| out.push_str(&format!("{k} = {v}\n"));
         if let Some(v) = &self.model {
             line("model", q(v));

@@ -100,7 +100,11 @@ pub fn on_menu<R: Runtime>(app: &AppHandle<R>, id: &str) {
 pub fn refresh<R: Runtime>(app: &AppHandle<R>, host: &Host) {
     let info = host.info();
     if let Some(t) = app.try_state::<ToggleItem<R>>() {
-        let label = if info.listening { "Stop Server" } else { "Start Server" };
+        let label = if info.listening {
+            "Stop Server"
+        } else {
+            "Start Server"
+        };
         let _ = t.0.set_text(label);
     }
     let Some(tray) = app.tray_by_id(TRAY_ID) else {
@@ -147,7 +151,11 @@ fn copy_to_clipboard(text: &str) -> Result<(), String> {
 #[cfg(not(target_os = "linux"))]
 fn copy_to_clipboard(text: &str) -> Result<(), String> {
     use std::io::Write;
-    let cmd = if cfg!(target_os = "macos") { "pbcopy" } else { "clip" };
+    let cmd = if cfg!(target_os = "macos") {
+        "pbcopy"
+    } else {
+        "clip"
+    };
     let mut child = std::process::Command::new(cmd)
         .stdin(std::process::Stdio::piped())
         .spawn()

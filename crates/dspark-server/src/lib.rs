@@ -12,6 +12,7 @@ pub mod scripted;
 pub mod sse;
 pub mod thinking;
 pub mod tools;
+pub mod ui;
 pub mod validate;
 
 use std::sync::Arc;
@@ -72,12 +73,10 @@ impl AppState {
     }
 }
 
-/// The API router with the default page at `/`.
+/// The API router with the web UI (`ui/`, embedded) at `/`.
 pub fn app(state: AppState) -> Router {
-    let root = Router::new()
-        .route("/", get(routes::health::index))
-        .with_state(state.clone());
-    app_with_ui(state, root)
+    let (state, ui) = ui::attach(state, Arc::default());
+    app_with_ui(state, ui)
 }
 
 /// The API router; requests matching no API route go to `ui` (the web UI hook: it serves
