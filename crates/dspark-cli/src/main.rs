@@ -5,8 +5,11 @@ mod args;
 mod bench;
 mod bench_server;
 mod bench_backends;
+mod doctor;
 mod generate;
 mod model_arg;
+mod models;
+mod pull;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -30,6 +33,12 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Server overhead per streamed token vs engine-only, and TTFT p50/p99 at 1/4/16 clients.
     BenchServer(bench_server::BenchServerArgs),
+    /// List the model registry: targets, drafters, RAM estimates, what is already on disk.
+    Models(models::ModelsArgs),
+    /// Download a hub repo into the Hugging Face cache (resumable, integrity-checked).
+    Pull(pull::PullArgs),
+    /// Check that this machine can run dspark; exits non-zero with the reasons if not.
+    Doctor(doctor::DoctorArgs),
 }
 
 fn main() {
@@ -47,6 +56,9 @@ fn main() {
         Command::BenchBackends(a) => bench_backends::run(a),
         Command::Serve(a) => serve::run(a),
         Command::BenchServer(a) => bench_server::run(a),
+        Command::Models(a) => models::run(a),
+        Command::Pull(a) => pull::run(a),
+        Command::Doctor(a) => doctor::run(a),
     };
     if let Err(e) = res {
         eprintln!("dspark: error: {e:#}");

@@ -11,16 +11,10 @@ use dspark_engine::spec::{Mode, SpecParams};
 
 use crate::args::{ModelArgs, SpecArgs};
 
-/// A directory, a .gguf file, or `demo` (SmolLM2-135M-Instruct, fetched on first use).
+/// A directory, a .gguf file, `demo`, a registry id (`qwen3-8b`) or a hub repo id, which is
+/// taken from LM Studio's folders or the HF cache, or downloaded with progress bars.
 pub fn resolve_model(model: &str) -> Result<PathBuf> {
-    if model == "demo" {
-        return dspark_hub::demo::ensure_demo().context("the demo model is not available");
-    }
-    let p = PathBuf::from(model);
-    if p.exists() {
-        return Ok(p);
-    }
-    bail!("model `{model}` not found: pass a model directory, a .gguf file, or `demo`")
+    Ok(dspark_hub::resolve_model_path(model, false, &crate::pull::Bars::new())?)
 }
 
 /// The backend of `--backend` / `--device` / `--dtype`.
@@ -114,15 +108,10 @@ pub fn build_pipeline<B: CliBackend>(
     let drafter = match mode {
         Mode::Baseline => None,
         _ => {
-            let path = match (&s.drafter, mode, m.model.as_str()) {
-                (Some(d), _, _) => resolve_model(d)?,
-                (None, Mode::Draft, "demo") => resolve_model("demo")?,
-                (None, _, _) => bail!(
-                    "no built-in {} drafter for `{}`: pass --drafter PATH",
-                    mode.as_str(),
-                    m.model
-                ),
-            };
+            // explicit --drafter, else the registry's drafter for this target and mode
+            let hub_mode = dspark_hub::Mode::parse(mode.as_str()).context("mode")?;
+            let r = dspark_hub::resolve(&m.model, hub_mode, s.drafter.as_deref())?;
+            let path = resolve_model(r.drafter.as_deref().unwrap_or_default())?;
             // the demo's draft model is the same GGUF kept quantized
             let draft_backend = b.draft_backend();
             let block = if mode == Mode::Draft { max_draft.clamp(1, 16) } else { 16 };

@@ -66,6 +66,9 @@ pub struct Hub {
     /// When set, the next response for this file stops after this many body bytes and drops
     /// the connection.
     pub cut_after: Mutex<Option<(String, u64)>>,
+    /// When set, the next response for this file sends this many bytes, reports on the channel
+    /// and then stalls until the server is dropped (for killing a client mid-download).
+    pub stall_after: Mutex<Option<(String, u64, std::sync::mpsc::Sender<()>)>>,
     /// Files served with one byte flipped.
     pub corrupt: Mutex<Vec<String>>,
 }
@@ -91,6 +94,7 @@ impl Hub {
             files,
             stats: Stats::default(),
             cut_after: Mutex::new(None),
+            stall_after: Mutex::new(None),
             corrupt: Mutex::new(Vec::new()),
         }
     }
@@ -219,6 +223,13 @@ async fn resolve(
             _ => None,
         }
     };
+    let stall = {
+        let mut c = hub.stall_after.lock().unwrap();
+        match c.as_ref() {
+            Some((n, _, _)) if *n == f.name => c.take().map(|(_, at, tx)| (at, tx)),
+            _ => None,
+        }
+    };
     let mut resp_headers = HeaderMap::new();
     resp_headers.insert(
         header::CONTENT_LENGTH,
@@ -246,6 +257,23 @@ async fn resolve(
     } else {
         StatusCode::OK
     };
+    if let Some((at, tx)) = stall {
+        let n = (at as usize).min(bytes.len());
+        hub.stats.bytes_served.fetch_add(n as u64, Ordering::SeqCst);
+        let first = bytes[..n].to_vec();
+        let stream = futures_util::stream::unfold(0u8, move |state| {
+            let (first, tx) = (first.clone(), tx.clone());
+            async move {
+                if state == 0 {
+                    return Some((Ok::<_, std::io::Error>(first), 1));
+                }
+                let _ = tx.send(());
+                std::future::pending::<()>().await;
+                None
+            }
+        });
+        return (status, resp_headers, Body::from_stream(stream)).into_response();
+    }
     let body = match cut {
         Some(n) => {
             let n = (n as usize).min(bytes.len());
