@@ -14,6 +14,7 @@ use dspark_server::scripted::{Script, ScriptedEngine};
 use dspark_server::{app, AppState, Cors, Engine, ServerConfig};
 
 use crate::args::{ModelArgs, SpecArgs};
+use dspark_engine::prefix_cache::PrefixCacheConfig;
 use crate::model_arg::{any_backend, build_pipeline, resolve_model, AnyBackend, CliBackend};
 
 #[derive(Args, Debug, Clone)]
@@ -45,6 +46,19 @@ pub struct ServeArgs {
     /// The model id reported by /v1/models (default: the model file or directory name).
     #[arg(long)]
     pub served_model_name: Option<String>,
+    /// Prefix-cache slots (conversations whose KV state is kept).
+    #[arg(long, default_value_t = 8)]
+    pub prefix_cache_slots: usize,
+    /// RAM budget of the prefix cache; over it, least recently used slots spill to
+    /// --prefix-cache-dir (or are dropped without one). 0 = unlimited.
+    #[arg(long, default_value_t = 2048)]
+    pub prefix_cache_ram_mb: usize,
+    /// Directory for spilled prefix-cache slots (reused after a restart).
+    #[arg(long)]
+    pub prefix_cache_dir: Option<PathBuf>,
+    /// Turn the prefix cache off.
+    #[arg(long)]
+    pub no_prefix_cache: bool,
     /// Test hook: serve a scripted engine from this JSON file instead of a model.
     #[arg(long, hide = true)]
     pub scripted: Option<PathBuf>,
@@ -78,10 +92,16 @@ fn start_engine(a: &ServeArgs) -> Result<(Arc<dyn Engine>, String, String)> {
     let id = model_id(a, Some(&path));
     let (m, s) = (a.model.clone(), a.spec.clone());
     let p2 = path.clone();
+    let pc = (!a.no_prefix_cache).then(|| PrefixCacheConfig {
+        max_slots: a.prefix_cache_slots.max(1),
+        max_ram_bytes: a.prefix_cache_ram_mb << 20,
+        dir: a.prefix_cache_dir.clone(),
+        min_reuse: 16,
+    });
     let handle = match any_backend(&a.model)? {
-        AnyBackend::Candle(b) => spawn_on(b, m, s, p2, a.queue)?,
+        AnyBackend::Candle(b) => spawn_on(b, m, s, p2, a.queue, pc)?,
         #[cfg(feature = "mlx")]
-        AnyBackend::Mlx(b) => spawn_on(b, m, s, p2, a.queue)?,
+        AnyBackend::Mlx(b) => spawn_on(b, m, s, p2, a.queue, pc)?,
     };
     Ok((Arc::new(handle), id, path.display().to_string()))
 }
@@ -94,12 +114,17 @@ fn spawn_on<B: CliBackend>(
     s: SpecArgs,
     path: PathBuf,
     queue: usize,
+    prefix_cache: Option<PrefixCacheConfig>,
 ) -> Result<EngineHandle> {
     EngineHandle::spawn(
         move || -> Result<_> {
             let lm = load_model(&b, &path, None)
                 .with_context(|| format!("loading {}", path.display()))?;
-            build_pipeline(&m, &s, lm, &b)
+            let mut pipe = build_pipeline(&m, &s, lm, &b)?;
+            if let Some(cfg) = prefix_cache {
+                pipe.enable_prefix_cache(cfg, s.drafter.as_deref().unwrap_or("default"));
+            }
+            Ok(pipe)
         },
         queue,
     )

@@ -75,6 +75,8 @@ pub struct Summary {
     /// Mean tokens committed per round.
     pub accept_len: f64,
     pub tokens_per_sec: f64,
+    /// Prefix-cache counters after this generation (`enabled: false` when off).
+    pub prefix_cache: crate::prefix_cache::PrefixCacheInfo,
 }
 
 /// Static facts about the served model.
@@ -277,6 +279,7 @@ fn run_job<B: Backend>(
                 accept_len,
                 tokens_per_sec,
                 stats: r.stats,
+                prefix_cache: pipe.prefix_cache_info(),
             };
             bump(&counters.completed);
             counters.running.store(0, Ordering::Relaxed);

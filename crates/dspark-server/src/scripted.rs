@@ -152,6 +152,7 @@ impl ScriptedEngine {
                 decode_secs: secs,
                 ..Default::default()
             },
+            prefix_cache: Default::default(),
         };
         sh.completed.fetch_add(1, Ordering::SeqCst);
         if !on_event(Event::Done(summary)) {

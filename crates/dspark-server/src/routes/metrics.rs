@@ -26,6 +26,7 @@ struct Agg {
     gen_secs: f64,
     target_forwards: u64,
     http: BTreeMap<u16, u64>,
+    prefix_cache: dspark_engine::prefix_cache::PrefixCacheInfo,
 }
 
 /// Server-side aggregates.
@@ -58,6 +59,7 @@ impl Metrics {
         a.accept_weighted += s.accept_len * s.completion_tokens as f64;
         a.gen_secs += s.stats.prefill_secs + s.stats.decode_secs;
         a.target_forwards += s.stats.target_forwards as u64;
+        a.prefix_cache = s.prefix_cache.clone();
     }
 
     /// An HTTP response status.
@@ -109,7 +111,7 @@ pub async fn handler(State(st): State<AppState>, uri: Uri, headers: HeaderMap) -
             "target_forwards": a.target_forwards,
             "mean_accept_len": (mean_accept * 1000.0).round() / 1000.0,
             "mean_tokens_per_sec": (mean_tps * 10.0).round() / 10.0,
-            "engine": e, "http_responses": http,
+            "engine": e, "http_responses": http, "prefix_cache": a.prefix_cache,
         });
         return Json(body).into_response();
     }
@@ -154,6 +156,17 @@ pub async fn handler(State(st): State<AppState>, uri: Uri, headers: HeaderMap) -
         "Target model forward passes.",
         &one(a.target_forwards.to_string()),
     );
+    let pc = &a.prefix_cache;
+    for (name, help, v) in [
+        ("prefix_cache_hits_total", "Requests that reused a cached prefix.", pc.hits.to_string()),
+        ("prefix_cache_reused_tokens_total", "Prompt tokens reused from the prefix cache.", pc.reused_tokens.to_string()),
+        ("prefix_cache_slots", "Prefix-cache slots held (RAM + disk).", (pc.slots_ram + pc.slots_disk).to_string()),
+        ("prefix_cache_ram_bytes", "Prefix-cache bytes in RAM.", pc.bytes_ram.to_string()),
+        ("prefix_cache_disk_bytes", "Prefix-cache bytes spilled to disk.", pc.bytes_disk.to_string()),
+    ] {
+        let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
+        metric(name, kind, help, &one(v));
+    }
     metric(
         "mean_accept_len",
         "gauge",
