@@ -4,7 +4,9 @@
 //! (perturbed copies, aligned heads) to always accepted (the target's own weights).
 //! Runs on the backend of `DSPARK_BACKEND` (candle, or MLX with the `mlx` feature).
 
+use dspark_engine::backend::candle::CandleBackend;
 use dspark_engine::backend::Backend;
+use dspark_engine::error::EngineError;
 use dspark_engine::drafters::draft_model::DraftModel;
 use dspark_engine::generate::{baseline, GenParams, GenResult};
 use dspark_engine::model::transformer::Transformer;
@@ -150,4 +152,32 @@ fn dflash_greedy<B: Backend>(b: B) {
         }
     }
     assert_eq!(combos, 48);
+}
+
+#[test]
+fn drafters_that_do_not_fit_the_target_are_rejected_with_the_mismatch_named() {
+    let spec = RandomSpec::tiny(64);
+    let (_, tsrc) = random_target(&spec, 1);
+    let target = Transformer::load(&CandleBackend::cpu(), spec.config(), &tsrc).unwrap();
+    let b = CandleBackend::cpu();
+    let err = |r: Result<(), EngineError>| r.unwrap_err().to_string();
+    // taps a layer the target does not have
+    let (cfg, src) = random_dflash(&spec, &drafter_spec(&spec, 8, vec![0, 7]), 1);
+    let e = err(dflash_from_parts(&b, &cfg, &src, &target).map(|_| ()));
+    assert!(e.contains("target layer 7") && e.contains("3 layers"), "{e}");
+    // other vocabulary
+    let other = RandomSpec::tiny(80);
+    let (cfg, src) = random_dspark(&other, &random_target(&other, 2).1, &drafter_spec(&other, 7, vec![0]), None, 2);
+    let e = err(dspark_from_parts(&b, &cfg, &src, &target).map(|_| ()));
+    assert!(e.contains("vocab_size 80") && e.contains("64"), "{e}");
+    // other hidden size for a drafter that shares the target's embedding
+    let wide = RandomSpec { hidden: 48, ..RandomSpec::tiny(64) };
+    let (cfg, src) = random_dflash(&wide, &drafter_spec(&wide, 8, vec![0]), 3);
+    let e = err(dflash_from_parts(&b, &cfg, &src, &target).map(|_| ()));
+    assert!(e.contains("hidden_size 48"), "{e}");
+    // a draft model with another vocabulary
+    let (_, osrc) = random_target(&other, 4);
+    let dm = Transformer::load(&b, other.config(), &osrc).unwrap();
+    let e = err(DraftModel::new(dm, 64, 4).map(|_| ()));
+    assert!(e.contains("vocabulary 80"), "{e}");
 }

@@ -100,7 +100,14 @@ impl<B: Backend> Pipeline<B> {
     /// One generation with the target alone, whatever the mode (benchmarks' reference).
     pub fn generate_baseline(&mut self, prompt: &[u32], params: &GenParams, sink: &mut dyn TokenSink) -> Result<GenResult, EngineError> {
         self.cache.clear();
-        baseline::generate(&self.target.model, &mut self.cache, prompt, params, sink)
+        let r = baseline::generate(&self.target.model, &mut self.cache, prompt, params, sink)?;
+        Ok(self.with_text(r))
+    }
+
+    /// Fills `text` from the tokens (special tokens skipped).
+    fn with_text(&self, mut r: GenResult) -> GenResult {
+        r.text = self.target.tokenizer.decode(&r.tokens, true).unwrap_or_default();
+        r
     }
 
     /// One generation, starting from the longest cached prefix when the prefix cache is on.
@@ -112,7 +119,8 @@ impl<B: Backend> Pipeline<B> {
             if let Some(d) = self.drafter.as_mut() {
                 d.truncate(0);
             }
-            return self.run(prompt, params, sink, None);
+            let r = self.run(prompt, params, sink, None)?;
+            return Ok(self.with_text(r));
         };
         let (cache, dstate) = match prefix.acquire(prompt) {
             Some(a) => (a.target, a.drafter),
@@ -135,7 +143,7 @@ impl<B: Backend> Pipeline<B> {
         if let Some(p) = self.prefix.as_mut() {
             p.store(seq, cache, dstate, elem);
         }
-        Ok(result)
+        Ok(self.with_text(result))
     }
 
     fn run(

@@ -78,6 +78,9 @@ pub struct GenStats {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct GenResult {
     pub tokens: Vec<u32>,
+    /// The decoded text of `tokens` (filled by [`crate::pipeline::Pipeline`], which owns the
+    /// tokenizer; empty when a loop is called directly).
+    pub text: String,
     pub finish_reason: FinishReason,
     pub stats: GenStats,
 }

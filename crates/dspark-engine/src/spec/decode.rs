@@ -117,5 +117,5 @@ pub fn generate<B: Backend>(
         }
     };
     stats.decode_secs = t1.elapsed().as_secs_f64();
-    Ok(GenResult { tokens, finish_reason: finish, stats })
+    Ok(GenResult { tokens, text: String::new(), finish_reason: finish, stats })
 }
