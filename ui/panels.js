@@ -70,6 +70,9 @@
     const box = $('current-model');
     box.textContent = '';
     if (!m) { box.textContent = 'No model loaded.'; return; }
+    // the load form starts from what is served until the user edits it
+    const sel = $('load-mode');
+    if (!sel.dataset.touched && [...sel.options].some((o) => o.value === m.mode)) sel.value = m.mode;
     const rows = [['Model', m.id], ['Mode', m.mode], ['Target', m.target], ['Drafter', m.drafter || '(none)'],
       ['Context', m.context_length ? m.context_length + ' tokens' : '–']];
     const dl = document.createElement('dl');
@@ -134,7 +137,7 @@
     $('models-app-only').hidden = app;
     $('models-controls').hidden = !app;
     if (!app) return;
-    $('load-mode').addEventListener('change', resolveDrafter);
+    $('load-mode').addEventListener('change', () => { $('load-mode').dataset.touched = '1'; resolveDrafter(); });
     $('load-model').addEventListener('change', resolveDrafter);
     $('load-drafter').addEventListener('change', resolveDrafter);
     $('load-form').addEventListener('submit', async (e) => {

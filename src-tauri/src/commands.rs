@@ -180,6 +180,6 @@ pub async fn pull(repo: String, on_progress: Channel<Value>) -> Res<Value> {
     })
     .await
     .map_err(|e| ApiFailure::msg(format!("the download thread failed: {e}")))?
-    .map_err(|e| ApiFailure::msg(e))?;
+    .map_err(ApiFailure::msg)?;
     Ok(json!({"path": pulled.snapshot.display().to_string(), "bytes": pulled.fetched_bytes}))
 }

@@ -84,8 +84,11 @@ pub fn on_menu<R: Runtime>(app: &AppHandle<R>, id: &str) {
                 host.stop_listener();
             } else {
                 tauri::async_runtime::spawn(async move {
-                    if let Err(e) = host.start_listener().await {
-                        tracing::warn!("start server: {:?}", e.body);
+                    match host.start_listener().await {
+                        Ok(url) => println!("dspark-app: listening on {url}"),
+                        Err(e) => {
+                            eprintln!("dspark-app: start server: {}", e.body["error"]["message"])
+                        }
                     }
                 });
             }
