@@ -17,6 +17,8 @@ mkdir -p "$OUT"
 t0=$(date +%s%N)
 elapsed() { local ms=$(( ($(date +%s%N) - t0) / 1000000 )); printf '%d.%d' $((ms / 1000)) $((ms % 1000 / 100)); }
 say() { echo "smoke [$(elapsed)s] $*"; }
+# GET url, expect pattern (read the whole body first: `curl | grep -q` trips pipefail)
+has() { local body; body=$(curl -fsS "$1") && grep -q -- "$2" <<<"$body"; }
 
 tmp=$(mktemp -d)
 app=""
@@ -51,13 +53,13 @@ done
 [ -n "$url" ] || { cat "$tmp/app.err"; echo "smoke: no endpoint after 300 s"; exit 1; }
 say "in-process endpoint at $url"
 
-curl -fsS "$url/health" | grep -q '"status":"ok"'
-curl -fsS "$url/v1/models" | grep -q '"id":"demo"'
+has "$url/health" '"status":"ok"'
+has "$url/v1/models" '"id":"demo"'
 reply=$(curl -fsS "$url/v1/chat/completions" -H 'Content-Type: application/json' \
     -d '{"messages":[{"role":"user","content":"Say hello."}],"max_tokens":12}')
-echo "$reply" | grep -q '"x_dspark"' || { echo "smoke: bad reply: $reply"; exit 1; }
-curl -fsS "$url/" | grep -q '<title>dspark</title>'
-curl -fsS "$url/api/live" | grep -q '"histogram"'
+grep -q '"x_dspark"' <<<"$reply" || { echo "smoke: bad reply: $reply"; exit 1; }
+has "$url/" '<title>dspark</title>'
+has "$url/api/live" '"histogram"'
 say "endpoint answers: health, models, chat (x_dspark), UI, live stats"
 
 # the window is up and rendered the UI
@@ -106,7 +108,7 @@ for _ in $(seq 1 40); do
     sleep 0.25
 done
 [ -n "$url2" ] || { echo "smoke: Start Server did not bring the endpoint back"; exit 1; }
-curl -fsS "$url2/health" | grep -q '"status":"ok"'
+has "$url2/health" '"status":"ok"'
 say "tray menu → Start Server: the endpoint answers again at $url2"
 # items: Open Chat, Models…, Settings…, Copy Endpoint URL, Stop Server, Quit (separators skipped)
 sleep 1
