@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Smoke test of the desktop app (src-tauri, `dspark-app`) under Xvfb: start it with the demo
 # model, check that its in-process endpoint answers (health, models, a chat, the embedded UI),
-# screenshot the window, then open the tray menu (XEmbed icon hosted by `trayer`) and Quit,
+# type a chat into the window (IPC path), screenshot it, then use the tray menu (XEmbed icon
+# hosted by `trayer`): Stop Server, Start Server, Quit,
 # expecting exit code 0.
 #
 # Needs: xvfb xauth xdotool trayer imagemagick curl, and a built app (cargo build -p dspark-app).
@@ -78,6 +79,24 @@ xdotool mousemove --window "$win" 111 58 click 1
 sleep 1.5
 import -window root "$OUT/app-models.png"
 xdotool mousemove --window "$win" 40 58 click 1
+sleep 0.5
+
+# a chat typed into the window goes over IPC (Tauri command + channel) into the same router:
+# the server's request count rises, and the reply streams into the window
+xdotool mousemove --window "$win" 300 715 click 1
+sleep 0.3
+xdotool type --delay 20 "Write a haiku about the sea."
+xdotool key Return
+n=0
+for _ in $(seq 1 480); do
+    n=$(curl -fsS "$url/metrics" | grep -o '"requests":[0-9]*' | cut -d: -f2 || true)
+    [ "${n:-0}" -ge 2 ] && break
+    sleep 0.25
+done
+[ "${n:-0}" -ge 2 ] || { echo "smoke: the in-window chat did not finish"; exit 1; }
+sleep 1
+import -window root "$OUT/app-chat.png"
+say "chat typed in the window finished over IPC; screenshot $OUT/app-chat.png"
 
 # the tray icon (XEmbed fallback of appindicator, inside trayer): open its menu, then Quit
 icon=""
