@@ -79,7 +79,9 @@ macro_rules! __on_mlx {
 
 /// `tests/fixtures/...` inside the repository.
 pub fn fixture(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(rel)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(rel)
 }
 
 /// Reads a JSON golden file.
@@ -95,27 +97,46 @@ pub fn artefact(rel: &str) -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| dirs_home().join(".cache/dspark"));
     let p = base.join("artefacts").join(rel);
-    assert!(p.exists(), "{} is missing: run `bash scripts/fetch-artefacts.sh` first", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run `bash scripts/fetch-artefacts.sh` first",
+        p.display()
+    );
     p
 }
 
 fn dirs_home() -> PathBuf {
-    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"))
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/root"))
 }
 
 pub fn as_f32_rows(v: &serde_json::Value) -> Vec<Vec<f32>> {
     v.as_array()
         .unwrap()
         .iter()
-        .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect()
+        })
         .collect()
 }
 
 pub fn as_u32s(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }

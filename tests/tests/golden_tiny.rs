@@ -30,7 +30,9 @@ fn logits_and_taps<B: Backend>(b: B) {
         let ids = as_u32s(&g["prompt_ids"]);
         let want = as_f32_rows(&g["logits"]);
         let mut cache = m.new_cache();
-        let out = m.forward(&ids, &mut cache, &[0, 2], LogitsWanted::All).unwrap();
+        let out = m
+            .forward(&ids, &mut cache, &[0, 2], LogitsWanted::All)
+            .unwrap();
         let got = b.to_f32_vec(out.logits.as_ref().unwrap()).unwrap();
         let v = m.cfg.vocab_size;
         for (i, row) in want.iter().enumerate() {
@@ -44,7 +46,10 @@ fn logits_and_taps<B: Backend>(b: B) {
             for (i, row) in rows.iter().enumerate() {
                 let start = i * 2 * h + k * h;
                 let d = max_abs_diff(&taps[start..start + h], row);
-                assert!(d < TOL, "{variant}: hidden state of layer {layer} row {i} differs by {d}");
+                assert!(
+                    d < TOL,
+                    "{variant}: hidden state of layer {layer} row {i} differs by {d}"
+                );
             }
         }
     }
@@ -90,8 +95,11 @@ fn chunked_prefill_and_rollback<B: Backend>(b: B) {
     let v = m.cfg.vocab_size;
     for split in [1, 5, 11] {
         let mut cache = m.new_cache();
-        m.forward(&ids[..split], &mut cache, &[], LogitsWanted::None).unwrap();
-        let out = m.forward(&ids[split..], &mut cache, &[], LogitsWanted::All).unwrap();
+        m.forward(&ids[..split], &mut cache, &[], LogitsWanted::None)
+            .unwrap();
+        let out = m
+            .forward(&ids[split..], &mut cache, &[], LogitsWanted::All)
+            .unwrap();
         let got = b.to_f32_vec(out.logits.as_ref().unwrap()).unwrap();
         for (j, row) in want[split..].iter().enumerate() {
             let d = max_abs_diff(&got[j * v..(j + 1) * v], row);
@@ -101,11 +109,15 @@ fn chunked_prefill_and_rollback<B: Backend>(b: B) {
     }
     // feed garbage after the prompt, roll it back, then continue: same as never having fed it
     let mut cache = m.new_cache();
-    m.forward(&ids[..8], &mut cache, &[], LogitsWanted::None).unwrap();
-    m.forward(&[7, 7, 7, 7, 7, 7, 7], &mut cache, &[], LogitsWanted::None).unwrap();
+    m.forward(&ids[..8], &mut cache, &[], LogitsWanted::None)
+        .unwrap();
+    m.forward(&[7, 7, 7, 7, 7, 7, 7], &mut cache, &[], LogitsWanted::None)
+        .unwrap();
     cache.truncate(8);
     assert_eq!(cache.len(), 8);
-    let out = m.forward(&ids[8..], &mut cache, &[], LogitsWanted::All).unwrap();
+    let out = m
+        .forward(&ids[8..], &mut cache, &[], LogitsWanted::All)
+        .unwrap();
     let got = b.to_f32_vec(out.logits.as_ref().unwrap()).unwrap();
     for (j, row) in want[8..].iter().enumerate() {
         let d = max_abs_diff(&got[j * v..(j + 1) * v], row);
@@ -138,9 +150,14 @@ fn bad_checkpoints<B: Backend>(b: B) {
     cfg["intermediate_size"] = serde_json::json!(96);
     std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
     let ck = open_checkpoint(&dir).unwrap();
-    let e = Transformer::load(&b, ck.cfg, ck.source.as_ref()).err().unwrap();
+    let e = Transformer::load(&b, ck.cfg, ck.source.as_ref())
+        .err()
+        .unwrap();
     let msg = e.to_string();
-    assert!(msg.contains("mlp.gate_proj.weight") && msg.contains("shape"), "{msg}");
+    assert!(
+        msg.contains("mlp.gate_proj.weight") && msg.contains("shape"),
+        "{msg}"
+    );
     // truncated safetensors
     let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
     std::fs::write(dir.join("model.safetensors"), &bytes[..bytes.len() / 2]).unwrap();
@@ -152,7 +169,10 @@ fn bad_checkpoints<B: Backend>(b: B) {
     cfg["model_type"] = serde_json::json!("mamba");
     std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
     let e = open_checkpoint(&dir).err().unwrap();
-    assert!(e.to_string().contains("unsupported architecture `mamba`"), "{e}");
+    assert!(
+        e.to_string().contains("unsupported architecture `mamba`"),
+        "{e}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -167,13 +187,22 @@ fn long_prompts_chunked<B: Backend>(b: B) {
     let mut one = m.new_cache();
     let a = m.forward(&ids, &mut one, &[1], LogitsWanted::All).unwrap();
     let mut two = m.new_cache();
-    m.forward(&ids[..700], &mut two, &[1], LogitsWanted::None).unwrap();
-    let c = m.forward(&ids[700..], &mut two, &[1], LogitsWanted::All).unwrap();
-    let (la, lc) = (b.to_f32_vec(a.logits.as_ref().unwrap()).unwrap(), b.to_f32_vec(c.logits.as_ref().unwrap()).unwrap());
+    m.forward(&ids[..700], &mut two, &[1], LogitsWanted::None)
+        .unwrap();
+    let c = m
+        .forward(&ids[700..], &mut two, &[1], LogitsWanted::All)
+        .unwrap();
+    let (la, lc) = (
+        b.to_f32_vec(a.logits.as_ref().unwrap()).unwrap(),
+        b.to_f32_vec(c.logits.as_ref().unwrap()).unwrap(),
+    );
     let v = m.cfg.vocab_size;
     assert_eq!(la.len(), 1100 * v);
     assert!(max_abs_diff(&la[700 * v..], &lc) < TOL);
-    let (ta, tc) = (b.to_f32_vec(a.taps.as_ref().unwrap()).unwrap(), b.to_f32_vec(c.taps.as_ref().unwrap()).unwrap());
+    let (ta, tc) = (
+        b.to_f32_vec(a.taps.as_ref().unwrap()).unwrap(),
+        b.to_f32_vec(c.taps.as_ref().unwrap()).unwrap(),
+    );
     assert!(max_abs_diff(&ta[700 * 64..], &tc) < TOL);
     assert_eq!(one.len(), 1100);
 }

@@ -25,8 +25,27 @@ fn pipeline(mode: Mode, cache: Option<PrefixCacheConfig>) -> Pipeline<CandleBack
         Mode::Dspark => Some("dspark"),
         Mode::Dflash => Some("dflash-accept"),
     };
-    let drafter = dir.map(|d| load_drafter(&b, &b, mode, &fixture(&format!("spec/models/{d}")), &lm.model, 4).unwrap());
-    let mut p = Pipeline::new(lm, mode, drafter, SpecParams { max_draft: 6, confidence_threshold: 0.0 }).unwrap();
+    let drafter = dir.map(|d| {
+        load_drafter(
+            &b,
+            &b,
+            mode,
+            &fixture(&format!("spec/models/{d}")),
+            &lm.model,
+            4,
+        )
+        .unwrap()
+    });
+    let mut p = Pipeline::new(
+        lm,
+        mode,
+        drafter,
+        SpecParams {
+            max_draft: 6,
+            confidence_threshold: 0.0,
+        },
+    )
+    .unwrap();
     if let Some(c) = cache {
         p.enable_prefix_cache(c, dir.unwrap_or("none"));
     }
@@ -34,11 +53,20 @@ fn pipeline(mode: Mode, cache: Option<PrefixCacheConfig>) -> Pipeline<CandleBack
 }
 
 fn cfg(min_reuse: usize) -> PrefixCacheConfig {
-    PrefixCacheConfig { max_slots: 4, max_ram_bytes: 0, dir: None, min_reuse }
+    PrefixCacheConfig {
+        max_slots: 4,
+        max_ram_bytes: 0,
+        dir: None,
+        min_reuse,
+    }
 }
 
 fn params(n: usize) -> GenParams {
-    GenParams { max_new_tokens: n, sampling: SamplingParams::greedy(), eos: vec![] }
+    GenParams {
+        max_new_tokens: n,
+        sampling: SamplingParams::greedy(),
+        eos: vec![],
+    }
 }
 
 fn gen(p: &mut Pipeline<CandleBackend>, prompt: &[u32], n: usize) -> GenResult {
@@ -53,7 +81,9 @@ fn tmpdir(name: &str) -> PathBuf {
 
 /// Turn 1, turn 2 extending it, a branch from turn 1 with a different follow-up, turn 2 again.
 fn conversation() -> Vec<Vec<u32>> {
-    let t1: Vec<u32> = vec![129, 367, 211, 426, 510, 144, 240, 109, 353, 326, 431, 411, 499];
+    let t1: Vec<u32> = vec![
+        129, 367, 211, 426, 510, 144, 240, 109, 353, 326, 431, 411, 499,
+    ];
     let mut t2 = t1.clone();
     t2.extend([12, 300, 301, 302, 77, 78]);
     let mut branch = t1[..9].to_vec();
@@ -69,12 +99,20 @@ fn cached_output_equals_uncached_in_every_mode() {
         let mut history: Vec<u32> = Vec::new();
         for (turn, user) in conversation().into_iter().enumerate() {
             // real multi-turn: each prompt is the previous prompt + its answer + new text
-            let prompt: Vec<u32> = if turn == 1 { [history.clone(), user[13..].to_vec()].concat() } else { user };
+            let prompt: Vec<u32> = if turn == 1 {
+                [history.clone(), user[13..].to_vec()].concat()
+            } else {
+                user
+            };
             let a = gen(&mut plain, &prompt, 12);
             let b = gen(&mut cached, &prompt, 12);
             assert_eq!(a.tokens, b.tokens, "{mode:?} turn {turn}");
             if turn == 1 {
-                assert!(b.stats.cached_tokens >= history.len() - 1, "{mode:?}: turn 2 reused {}", b.stats.cached_tokens);
+                assert!(
+                    b.stats.cached_tokens >= history.len() - 1,
+                    "{mode:?}: turn 2 reused {}",
+                    b.stats.cached_tokens
+                );
             }
             history = [prompt, a.tokens].concat();
         }
@@ -100,28 +138,51 @@ fn identical_prompt_reuses_all_but_one_and_short_matches_are_not_reused() {
 
 #[test]
 fn lru_slot_is_evicted_first() {
-    let mut p = pipeline(Mode::Baseline, Some(PrefixCacheConfig { max_slots: 2, ..cfg(4) }));
-    let seqs: Vec<Vec<u32>> = (0..3u32).map(|k| (0..10).map(|i| 20 + k * 50 + i).collect()).collect();
+    let mut p = pipeline(
+        Mode::Baseline,
+        Some(PrefixCacheConfig {
+            max_slots: 2,
+            ..cfg(4)
+        }),
+    );
+    let seqs: Vec<Vec<u32>> = (0..3u32)
+        .map(|k| (0..10).map(|i| 20 + k * 50 + i).collect())
+        .collect();
     gen(&mut p, &seqs[0], 2);
     gen(&mut p, &seqs[1], 2);
     gen(&mut p, &seqs[0], 2); // touch 0: slot 1 is now least recently used
     gen(&mut p, &seqs[2], 2); // evicts slot 1
     assert_eq!(p.prefix_cache_info().slots_ram, 2);
-    assert!(gen(&mut p, &seqs[0], 2).stats.cached_tokens > 0, "slot 0 kept");
-    assert_eq!(gen(&mut p, &seqs[1], 2).stats.cached_tokens, 0, "slot 1 evicted");
+    assert!(
+        gen(&mut p, &seqs[0], 2).stats.cached_tokens > 0,
+        "slot 0 kept"
+    );
+    assert_eq!(
+        gen(&mut p, &seqs[1], 2).stats.cached_tokens,
+        0,
+        "slot 1 evicted"
+    );
 }
 
 #[test]
 fn spilled_slots_reload_across_restart_and_corrupt_files_are_ignored() {
     let dir = tmpdir("spill");
-    let spill = PrefixCacheConfig { max_slots: 8, max_ram_bytes: 1, dir: Some(dir.clone()), min_reuse: 4 };
+    let spill = PrefixCacheConfig {
+        max_slots: 8,
+        max_ram_bytes: 1,
+        dir: Some(dir.clone()),
+        min_reuse: 4,
+    };
     let prompt = conversation()[0].clone();
     let reference = gen(&mut pipeline(Mode::Dflash, None), &prompt, 10);
     {
         let mut p = pipeline(Mode::Dflash, Some(spill.clone()));
         gen(&mut p, &prompt, 10);
         let info = p.prefix_cache_info();
-        assert!(info.spills >= 1 && info.slots_disk == 1 && info.bytes_disk > 0, "{info:?}");
+        assert!(
+            info.spills >= 1 && info.slots_disk == 1 && info.bytes_disk > 0,
+            "{info:?}"
+        );
     }
     // a new process (pipeline) with the same directory finds the slot and reloads it
     let mut p = pipeline(Mode::Dflash, Some(spill.clone()));
@@ -132,7 +193,10 @@ fn spilled_slots_reload_across_restart_and_corrupt_files_are_ignored() {
     assert!(p.prefix_cache_info().reloads >= 1);
     drop(p);
     // corrupt the spilled file: it must be detected, deleted and never loaded
-    let file = walk(&dir).into_iter().find(|f| f.extension().is_some_and(|e| e == "safetensors")).unwrap();
+    let file = walk(&dir)
+        .into_iter()
+        .find(|f| f.extension().is_some_and(|e| e == "safetensors"))
+        .unwrap();
     let mut bytes = std::fs::read(&file).unwrap();
     let n = bytes.len();
     bytes[n - 3] ^= 0x55;
@@ -146,7 +210,10 @@ fn spilled_slots_reload_across_restart_and_corrupt_files_are_ignored() {
     assert_ne!(std::fs::read(&file).unwrap_or_default(), bytes);
     // a truncated file too
     drop(p);
-    let file = walk(&dir).into_iter().find(|f| f.extension().is_some_and(|e| e == "safetensors")).unwrap();
+    let file = walk(&dir)
+        .into_iter()
+        .find(|f| f.extension().is_some_and(|e| e == "safetensors"))
+        .unwrap();
     let bytes = std::fs::read(&file).unwrap();
     std::fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
     let mut p = pipeline(Mode::Dflash, Some(spill));
@@ -158,7 +225,11 @@ fn walk(d: &std::path::Path) -> Vec<PathBuf> {
     let mut out = vec![];
     for e in std::fs::read_dir(d).unwrap().flatten() {
         let p = e.path();
-        if p.is_dir() { out.extend(walk(&p)) } else { out.push(p) }
+        if p.is_dir() {
+            out.extend(walk(&p))
+        } else {
+            out.push(p)
+        }
     }
     out
 }
@@ -181,10 +252,20 @@ fn cancelled_request_keeps_its_computed_state() {
         let mut sink = CancelAfterFirst(vec![]);
         let r = p.generate(&prompt, &params(20), &mut sink).unwrap();
         assert_eq!(r.finish_reason.as_str(), "cancelled");
-        assert!(p.prefix_cache_info().slots_ram == 1, "{mode:?}: slot kept after cancel");
+        assert!(
+            p.prefix_cache_info().slots_ram == 1,
+            "{mode:?}: slot kept after cancel"
+        );
         let next = [prompt.clone(), r.tokens.clone(), vec![3, 4]].concat();
         let again = gen(&mut p, &next, 4);
-        assert!(again.stats.cached_tokens >= prompt.len(), "{mode:?}: reused {}", again.stats.cached_tokens);
-        assert_eq!(again.tokens, gen(&mut pipeline(mode, None), &next, 4).tokens);
+        assert!(
+            again.stats.cached_tokens >= prompt.len(),
+            "{mode:?}: reused {}",
+            again.stats.cached_tokens
+        );
+        assert_eq!(
+            again.tokens,
+            gen(&mut pipeline(mode, None), &next, 4).tokens
+        );
     }
 }

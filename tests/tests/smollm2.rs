@@ -25,29 +25,53 @@ fn smollm2_matches_transformers_gguf_reference() {
 fn matches_reference<B: Backend>(b: B) {
     let g = golden("smollm2_greedy.json");
     let lm = smollm2(&b);
-    assert!(lm.eos_ids().contains(&2), "eos set {:?} lacks <|im_end|>", lm.eos_ids());
+    assert!(
+        lm.eos_ids().contains(&2),
+        "eos set {:?} lacks <|im_end|>",
+        lm.eos_ids()
+    );
     for check in g["tokenizer_checks"].as_array().unwrap() {
         let text = check["text"].as_str().unwrap();
         let ids = lm.tokenizer.encode(text, false).unwrap();
         assert_eq!(ids, as_u32s(&check["ids"]), "tokenizer ids for {text:?}");
     }
-    let tmpl = lm.tokenizer.chat_template().expect("GGUF carries a chat template");
+    let tmpl = lm
+        .tokenizer
+        .chat_template()
+        .expect("GGUF carries a chat template");
     for run in g["runs"].as_array().unwrap() {
         let prompt = run["prompt"].as_str().unwrap();
         let msgs = json!([{"role": "user", "content": prompt}]);
-        let opts = ChatOptions { add_generation_prompt: true, ..Default::default() };
+        let opts = ChatOptions {
+            add_generation_prompt: true,
+            ..Default::default()
+        };
         let rendered = tmpl.render(&msgs, &opts).unwrap();
         assert_eq!(rendered, run["rendered"].as_str().unwrap());
         let ids = lm.tokenizer.encode(&rendered, false).unwrap();
-        assert_eq!(ids, as_u32s(&run["prompt_ids"]), "prompt ids for {prompt:?}");
+        assert_eq!(
+            ids,
+            as_u32s(&run["prompt_ids"]),
+            "prompt ids for {prompt:?}"
+        );
 
         // first-position logits close to the reference
         let mut cache = lm.model.new_cache();
-        let out = lm.model.forward(&ids, &mut cache, &[], LogitsWanted::Last).unwrap();
+        let out = lm
+            .model
+            .forward(&ids, &mut cache, &[], LogitsWanted::Last)
+            .unwrap();
         let row = b.to_f32_vec(out.logits.as_ref().unwrap()).unwrap();
         for pair in run["first_top5"].as_array().unwrap() {
-            let (id, lg) = (pair[0].as_u64().unwrap() as usize, pair[1].as_f64().unwrap() as f32);
-            assert!((row[id] - lg).abs() < 2e-3, "{prompt:?}: logit of {id} {} vs {lg}", row[id]);
+            let (id, lg) = (
+                pair[0].as_u64().unwrap() as usize,
+                pair[1].as_f64().unwrap() as f32,
+            );
+            assert!(
+                (row[id] - lg).abs() < 2e-3,
+                "{prompt:?}: logit of {id} {} vs {lg}",
+                row[id]
+            );
         }
 
         let want = as_u32s(&run["new_tokens"]);

@@ -35,7 +35,12 @@ impl<B: Backend> Drafter<B> for Recorder<'_, B> {
     fn taps(&self) -> &[usize] {
         self.inner.taps()
     }
-    fn prefill(&mut self, t: &[u32], s: usize, taps: Option<&<B as Backend>::Tensor>) -> Result<(), EngineError> {
+    fn prefill(
+        &mut self,
+        t: &[u32],
+        s: usize,
+        taps: Option<&<B as Backend>::Tensor>,
+    ) -> Result<(), EngineError> {
         self.inner.prefill(t, s, taps)
     }
     fn propose(
@@ -48,13 +53,20 @@ impl<B: Backend> Drafter<B> for Recorder<'_, B> {
         sampling: &SamplingParams,
         rng: &mut dyn RngCore,
     ) -> Result<Proposal, EngineError> {
-        let p = self.inner.propose(target, pending, pos, max, spec, sampling, rng)?;
+        let p = self
+            .inner
+            .propose(target, pending, pos, max, spec, sampling, rng)?;
         let mut fed = vec![pending];
         fed.extend_from_slice(&p.tokens);
         self.log.borrow_mut().push(fed);
         Ok(p)
     }
-    fn commit(&mut self, t: &[u32], pos: usize, taps: Option<&<B as Backend>::Tensor>) -> Result<(), EngineError> {
+    fn commit(
+        &mut self,
+        t: &[u32],
+        pos: usize,
+        taps: Option<&<B as Backend>::Tensor>,
+    ) -> Result<(), EngineError> {
         self.inner.commit(t, pos, taps)
     }
     fn truncate(&mut self, len: usize) {
@@ -76,13 +88,38 @@ fn target<B: Backend>(b: &B) -> Transformer<B> {
     Transformer::load(b, ck.cfg, ck.source.as_ref()).unwrap()
 }
 
-fn run<B: Backend>(t: &Transformer<B>, d: &mut dyn Drafter<B>, prompt: &[u32], max_new: usize, thr: f32) -> (GenResult, Vec<Vec<u32>>) {
+fn run<B: Backend>(
+    t: &Transformer<B>,
+    d: &mut dyn Drafter<B>,
+    prompt: &[u32],
+    max_new: usize,
+    thr: f32,
+) -> (GenResult, Vec<Vec<u32>>) {
     let log = Rc::new(RefCell::new(Vec::new()));
-    let mut rec = Recorder { inner: d, log: log.clone() };
+    let mut rec = Recorder {
+        inner: d,
+        log: log.clone(),
+    };
     rec.truncate(0);
-    let params = GenParams { max_new_tokens: max_new, sampling: SamplingParams::greedy(), eos: vec![] };
-    let spec = SpecParams { max_draft: 64, confidence_threshold: thr };
-    let r = decode::generate(t, &mut t.new_cache(), &mut rec, prompt, &params, &spec, &mut Vec::new()).unwrap();
+    let params = GenParams {
+        max_new_tokens: max_new,
+        sampling: SamplingParams::greedy(),
+        eos: vec![],
+    };
+    let spec = SpecParams {
+        max_draft: 64,
+        confidence_threshold: thr,
+    };
+    let r = decode::generate(
+        t,
+        &mut t.new_cache(),
+        &mut rec,
+        prompt,
+        &params,
+        &spec,
+        &mut Vec::new(),
+    )
+    .unwrap();
     let rounds = log.borrow().clone();
     (r, rounds)
 }
@@ -91,18 +128,44 @@ fn run<B: Backend>(t: &Transformer<B>, d: &mut dyn Drafter<B>, prompt: &[u32], m
 fn check(name: &str, ours: &(GenResult, Vec<Vec<u32>>), reference: &Value, max_new: usize) {
     let (r, rounds) = ours;
     let want_tokens = as_u32s(&reference["token_ids"]);
-    assert_eq!(r.tokens[..], want_tokens[..r.tokens.len()], "{name}: tokens");
-    assert_eq!(r.tokens.len(), max_new.min(want_tokens.len()), "{name}: token count");
-    let verified: Vec<Vec<u32>> = reference["verified"].as_array().unwrap().iter().map(as_u32s).collect();
-    let accepts: Vec<usize> =
-        reference["accept_lengths"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect();
-    assert!(rounds.len() <= verified.len() && rounds.len() + 1 >= verified.len(), "{name}: {} rounds vs {}", rounds.len(), verified.len());
+    assert_eq!(
+        r.tokens[..],
+        want_tokens[..r.tokens.len()],
+        "{name}: tokens"
+    );
+    assert_eq!(
+        r.tokens.len(),
+        max_new.min(want_tokens.len()),
+        "{name}: token count"
+    );
+    let verified: Vec<Vec<u32>> = reference["verified"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(as_u32s)
+        .collect();
+    let accepts: Vec<usize> = reference["accept_lengths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as usize)
+        .collect();
+    assert!(
+        rounds.len() <= verified.len() && rounds.len() + 1 >= verified.len(),
+        "{name}: {} rounds vs {}",
+        rounds.len(),
+        verified.len()
+    );
     for (i, fed) in rounds.iter().enumerate() {
         assert_eq!(fed, &verified[i], "{name}: verify input of round {i}");
     }
     let n = r.stats.accept_lengths.len();
     // the last round may be cut by the budget on our side only
-    assert_eq!(r.stats.accept_lengths[..n - 1], accepts[..n - 1], "{name}: accept lengths");
+    assert_eq!(
+        r.stats.accept_lengths[..n - 1],
+        accepts[..n - 1],
+        "{name}: accept lengths"
+    );
 }
 
 #[test]
@@ -111,7 +174,9 @@ fn dspark_and_dflash_match_mlx_dspark_round_by_round() {
 }
 
 fn match_mlx_dspark<B: Backend>(b: B) {
-    let g: Value = serde_json::from_str(&std::fs::read_to_string(fixture("spec/golden_mlx.json")).unwrap()).unwrap();
+    let g: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("spec/golden_mlx.json")).unwrap())
+            .unwrap();
     let max_new = g["max_new_tokens"].as_u64().unwrap() as usize;
     let t = target(&b);
     let mut dspark = load_dspark(&b, &fixture("spec/models/dspark"), &t).unwrap();
@@ -120,14 +185,38 @@ fn match_mlx_dspark<B: Backend>(b: B) {
     let mut partial = 0;
     for case in g["cases"].as_array().unwrap() {
         let prompt = as_u32s(&case["prompt_ids"]);
-        check("dspark", &run(&t, &mut dspark, &prompt, max_new, 0.0), &case["dspark"], max_new);
-        check("dspark conf 0.5", &run(&t, &mut dspark, &prompt, max_new, 0.5), &case["dspark_conf05"], max_new);
-        check("dflash", &run(&t, &mut dflash, &prompt, max_new, 0.0), &case["dflash"], max_new);
+        check(
+            "dspark",
+            &run(&t, &mut dspark, &prompt, max_new, 0.0),
+            &case["dspark"],
+            max_new,
+        );
+        check(
+            "dspark conf 0.5",
+            &run(&t, &mut dspark, &prompt, max_new, 0.5),
+            &case["dspark_conf05"],
+            max_new,
+        );
+        check(
+            "dflash",
+            &run(&t, &mut dflash, &prompt, max_new, 0.0),
+            &case["dflash"],
+            max_new,
+        );
         let acc = run(&t, &mut dflash_acc, &prompt, max_new, 0.0);
-        partial += acc.0.stats.accept_lengths.iter().filter(|&&a| a > 1).count();
+        partial += acc
+            .0
+            .stats
+            .accept_lengths
+            .iter()
+            .filter(|&&a| a > 1)
+            .count();
         check("dflash-accept", &acc, &case["dflash_accept"], max_new);
     }
-    assert!(partial > 10, "the accepting DFlash checkpoint must exercise accept/rollback: {partial}");
+    assert!(
+        partial > 10,
+        "the accepting DFlash checkpoint must exercise accept/rollback: {partial}"
+    );
 }
 
 #[test]
@@ -141,14 +230,21 @@ fn match_zlab<B: Backend>(b: B) {
     for case in g["cases"].as_array().unwrap() {
         let prompt = as_u32s(&case["prompt_ids"]);
         for (key, dir) in [("dflash", "dflash"), ("dflash_accept", "dflash-accept")] {
-            let Some(reference) = case.get(key) else { continue };
+            let Some(reference) = case.get(key) else {
+                continue;
+            };
             let max_new = g["max_new_tokens"].as_u64().unwrap() as usize;
             let mut d = load_dflash(&b, &fixture(&format!("spec/models/{dir}")), &t).unwrap();
             let (r, rounds) = run(&t, &mut d, &prompt, max_new, 0.0);
             let want = as_u32s(&reference["token_ids"]);
             assert_eq!(r.tokens[..], want[..r.tokens.len()], "z-lab {key}: tokens");
             // z-lab shrinks the block near the budget end; full blocks must agree exactly
-            let drafted: Vec<Vec<u32>> = reference["drafted"].as_array().unwrap().iter().map(as_u32s).collect();
+            let drafted: Vec<Vec<u32>> = reference["drafted"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(as_u32s)
+                .collect();
             let full = d.block_len();
             let mut compared = 0;
             for (i, z) in drafted.iter().enumerate().take(rounds.len()) {
@@ -157,12 +253,17 @@ fn match_zlab<B: Backend>(b: B) {
                     compared += 1;
                 }
             }
-            assert!(compared * 4 >= rounds.len() * 3, "z-lab {key}: only {compared} of {} rounds compared", rounds.len());
+            assert!(
+                compared * 4 >= rounds.len() * 3,
+                "z-lab {key}: only {compared} of {} rounds compared",
+                rounds.len()
+            );
         }
     }
 }
 
 fn golden_zlab() -> Value {
     let _ = golden; // goldens of this test live under fixtures/spec
-    serde_json::from_str(&std::fs::read_to_string(fixture("spec/golden_zlab.json")).unwrap()).unwrap()
+    serde_json::from_str(&std::fs::read_to_string(fixture("spec/golden_zlab.json")).unwrap())
+        .unwrap()
 }

@@ -6,14 +6,16 @@
 
 use dspark_engine::backend::candle::CandleBackend;
 use dspark_engine::backend::Backend;
-use dspark_engine::error::EngineError;
 use dspark_engine::drafters::draft_model::DraftModel;
+use dspark_engine::drafters::{dflash_from_parts, dspark_from_parts};
+use dspark_engine::error::EngineError;
 use dspark_engine::generate::{baseline, GenParams, GenResult};
 use dspark_engine::model::transformer::Transformer;
 use dspark_engine::sampling::SamplingParams;
 use dspark_engine::spec::{decode, Drafter, SpecParams};
-use dspark_engine::drafters::{dflash_from_parts, dspark_from_parts};
-use dspark_engine::testing::{perturbed, random_dflash, random_dspark, random_target, DrafterSpec, Gen, RandomSpec};
+use dspark_engine::testing::{
+    perturbed, random_dflash, random_dspark, random_target, DrafterSpec, Gen, RandomSpec,
+};
 use dspark_engine::weights::MemorySource;
 use dspark_tests::on_backend;
 
@@ -36,19 +38,35 @@ fn cases(seed: u64, n: usize, vocab: u32) -> Vec<Case> {
             let len = 1 + u(16) as usize;
             let prompt = (0..len).map(|_| u(vocab)).collect();
             let eos = if u(3) == 0 { vec![u(vocab)] } else { vec![] };
-            Case { prompt, max_new: 1 + u(40) as usize, cap: 1 + u(8) as usize, eos }
+            Case {
+                prompt,
+                max_new: 1 + u(40) as usize,
+                cap: 1 + u(8) as usize,
+                eos,
+            }
         })
         .collect()
 }
 
 fn run_baseline<B: Backend>(t: &Transformer<B>, c: &Case) -> GenResult {
-    let p = GenParams { max_new_tokens: c.max_new, sampling: SamplingParams::greedy(), eos: c.eos.clone() };
+    let p = GenParams {
+        max_new_tokens: c.max_new,
+        sampling: SamplingParams::greedy(),
+        eos: c.eos.clone(),
+    };
     baseline::generate(t, &mut t.new_cache(), &c.prompt, &p, &mut Vec::new()).unwrap()
 }
 
 fn run_spec<B: Backend>(t: &Transformer<B>, d: &mut dyn Drafter<B>, c: &Case) -> GenResult {
-    let p = GenParams { max_new_tokens: c.max_new, sampling: SamplingParams::greedy(), eos: c.eos.clone() };
-    let s = SpecParams { max_draft: c.cap, confidence_threshold: 0.0 };
+    let p = GenParams {
+        max_new_tokens: c.max_new,
+        sampling: SamplingParams::greedy(),
+        eos: c.eos.clone(),
+    };
+    let s = SpecParams {
+        max_draft: c.cap,
+        confidence_threshold: 0.0,
+    };
     let mut cache = t.new_cache();
     d.truncate(0);
     let mut sink = Vec::new();
@@ -78,7 +96,11 @@ fn draft_model_greedy<B: Backend>(b: B) {
             for c in cases(seed * 10 + k as u64, 6, 64) {
                 let base = run_baseline(&target, &c);
                 let sp = run_spec(&target, &mut d, &c);
-                assert_eq!(sp.tokens, base.tokens, "seed {seed} drafter {k} prompt {:?}", c.prompt);
+                assert_eq!(
+                    sp.tokens, base.tokens,
+                    "seed {seed} drafter {k} prompt {:?}",
+                    c.prompt
+                );
                 assert_eq!(sp.finish_reason, base.finish_reason);
                 if sp.stats.accept_lengths.iter().any(|&a| a > 1) {
                     accepted_runs[k] += 1;
@@ -89,11 +111,20 @@ fn draft_model_greedy<B: Backend>(b: B) {
     }
     assert_eq!(combos, 72);
     // the self-drafter must exercise long accepted runs, the perturbed one partial ones
-    assert!(accepted_runs[0] > 12 && accepted_runs[1] > 6, "{accepted_runs:?}");
+    assert!(
+        accepted_runs[0] > 12 && accepted_runs[1] > 6,
+        "{accepted_runs:?}"
+    );
 }
 
 fn drafter_spec(spec: &RandomSpec, block: usize, taps: Vec<usize>) -> DrafterSpec {
-    DrafterSpec { layers: 2, block, taps, layer_scale: 0.5, mask_token_id: spec.vocab as u32 - 1 }
+    DrafterSpec {
+        layers: 2,
+        block,
+        taps,
+        layer_scale: 0.5,
+        mask_token_id: spec.vocab as u32 - 1,
+    }
 }
 
 #[test]
@@ -106,7 +137,10 @@ fn dspark_greedy<B: Backend>(b: B) {
     let mut long_runs = 0;
     for seed in 0..4u64 {
         // weak layers: the target is close to its bigram chain, which the aligned head follows
-        let spec = RandomSpec { layer_scale: 0.15, ..RandomSpec::tiny(64) };
+        let spec = RandomSpec {
+            layer_scale: 0.15,
+            ..RandomSpec::tiny(64)
+        };
         let (_, tsrc) = random_target(&spec, 20 + seed);
         let target = model(&b, &spec, &tsrc);
         let ds = drafter_spec(&spec, 7, vec![0, 1, 2]);
@@ -116,7 +150,11 @@ fn dspark_greedy<B: Backend>(b: B) {
             for c in cases(seed * 10 + 100 + k as u64, 10, 64) {
                 let base = run_baseline(&target, &c);
                 let sp = run_spec(&target, &mut d, &c);
-                assert_eq!(sp.tokens, base.tokens, "seed {seed} align {align:?} prompt {:?}", c.prompt);
+                assert_eq!(
+                    sp.tokens, base.tokens,
+                    "seed {seed} align {align:?} prompt {:?}",
+                    c.prompt
+                );
                 assert_eq!(sp.finish_reason, base.finish_reason);
                 if sp.stats.accept_lengths.iter().any(|&a| a >= 4) {
                     long_runs += 1;
@@ -126,7 +164,10 @@ fn dspark_greedy<B: Backend>(b: B) {
         }
     }
     assert_eq!(combos, 80);
-    assert!(long_runs >= 10, "aligned DSpark should accept long runs: {long_runs}");
+    assert!(
+        long_runs >= 10,
+        "aligned DSpark should accept long runs: {long_runs}"
+    );
 }
 
 #[test]
@@ -140,7 +181,10 @@ fn dflash_greedy<B: Backend>(b: B) {
         let spec = RandomSpec::tiny(64);
         let (_, tsrc) = random_target(&spec, 40 + seed);
         let target = model(&b, &spec, &tsrc);
-        let ds = DrafterSpec { layer_scale: 3.0, ..drafter_spec(&spec, 8, vec![0, 2]) };
+        let ds = DrafterSpec {
+            layer_scale: 3.0,
+            ..drafter_spec(&spec, 8, vec![0, 2])
+        };
         let (cfg, dsrc) = random_dflash(&spec, &ds, seed);
         let mut d = dflash_from_parts(&b, &cfg, &dsrc, &target).unwrap();
         for c in cases(seed * 10 + 200, 12, 64) {
@@ -164,14 +208,26 @@ fn drafters_that_do_not_fit_the_target_are_rejected_with_the_mismatch_named() {
     // taps a layer the target does not have
     let (cfg, src) = random_dflash(&spec, &drafter_spec(&spec, 8, vec![0, 7]), 1);
     let e = err(dflash_from_parts(&b, &cfg, &src, &target).map(|_| ()));
-    assert!(e.contains("target layer 7") && e.contains("3 layers"), "{e}");
+    assert!(
+        e.contains("target layer 7") && e.contains("3 layers"),
+        "{e}"
+    );
     // other vocabulary
     let other = RandomSpec::tiny(80);
-    let (cfg, src) = random_dspark(&other, &random_target(&other, 2).1, &drafter_spec(&other, 7, vec![0]), None, 2);
+    let (cfg, src) = random_dspark(
+        &other,
+        &random_target(&other, 2).1,
+        &drafter_spec(&other, 7, vec![0]),
+        None,
+        2,
+    );
     let e = err(dspark_from_parts(&b, &cfg, &src, &target).map(|_| ()));
     assert!(e.contains("vocab_size 80") && e.contains("64"), "{e}");
     // other hidden size for a drafter that shares the target's embedding
-    let wide = RandomSpec { hidden: 48, ..RandomSpec::tiny(64) };
+    let wide = RandomSpec {
+        hidden: 48,
+        ..RandomSpec::tiny(64)
+    };
     let (cfg, src) = random_dflash(&wide, &drafter_spec(&wide, 8, vec![0]), 3);
     let e = err(dflash_from_parts(&b, &cfg, &src, &target).map(|_| ()));
     assert!(e.contains("hidden_size 48"), "{e}");

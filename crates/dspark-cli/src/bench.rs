@@ -75,7 +75,9 @@ fn prompts(n: usize) -> Vec<String> {
 fn memory_bandwidth() -> f64 {
     let n: usize = 64 << 20;
     let buf: Vec<u64> = (0..n as u64).collect();
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let mut best = 0.0f64;
     for _ in 0..5 {
         let t = Instant::now();
@@ -95,7 +97,9 @@ fn memory_bandwidth() -> f64 {
                     })
                 })
                 .collect();
-            hs.into_iter().map(|h| h.join().unwrap_or(0)).fold(0u64, u64::wrapping_add)
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or(0))
+                .fold(0u64, u64::wrapping_add)
         });
         std::hint::black_box(total);
         best = best.max((n * 8) as f64 / t.elapsed().as_secs_f64() / 1e9);
@@ -136,8 +140,13 @@ fn sum(v: &[Run]) -> Run {
 
 pub fn run(a: BenchArgs) -> Result<()> {
     let path = resolve_model(&a.model.model)?;
-    let b = backend(&a.model.device, a.model.dtype.as_deref(), a.model.keep_quantized)?;
-    let lm = dspark_engine::load::load_model(&b, &path, None).with_context(|| format!("loading {}", path.display()))?;
+    let b = backend(
+        &a.model.device,
+        a.model.dtype.as_deref(),
+        a.model.keep_quantized,
+    )?;
+    let lm = dspark_engine::load::load_model(&b, &path, None)
+        .with_context(|| format!("loading {}", path.display()))?;
     let mut pipe: Pipeline<_> = build_pipeline(&a.model, &a.spec, lm, &b)?;
     if !a.prefix_cache.is_empty() {
         let rows = prefix::run(&mut pipe, &a.prefix_cache, &a.model.model)?;
@@ -149,7 +158,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
         println!("wrote {}", a.out.display());
         return Ok(());
     }
-    let params = GenParams { max_new_tokens: a.max_tokens, sampling: SamplingParams::greedy(), eos: vec![] };
+    let params = GenParams {
+        max_new_tokens: a.max_tokens,
+        sampling: SamplingParams::greedy(),
+        eos: vec![],
+    };
     let texts = prompts(a.prompts);
     let tok = pipe.target.tokenizer.clone();
     let ids: Vec<Vec<u32>> = texts
@@ -158,7 +171,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
             let msgs = json!([{"role": "user", "content": t}]);
             let rendered = match tok.chat_template() {
                 Some(tm) => {
-                    let opts = dspark_engine::chat_template::ChatOptions { add_generation_prompt: true, ..Default::default() };
+                    let opts = dspark_engine::chat_template::ChatOptions {
+                        add_generation_prompt: true,
+                        ..Default::default()
+                    };
                     tm.render(&msgs, &opts)?
                 }
                 None => t.clone(),
@@ -168,10 +184,24 @@ pub fn run(a: BenchArgs) -> Result<()> {
         .collect::<Result<_>>()?;
 
     eprintln!("bench: warm-up");
-    pipe.generate_baseline(&ids[0], &GenParams { max_new_tokens: 8, ..params.clone() }, &mut Vec::new())?;
+    pipe.generate_baseline(
+        &ids[0],
+        &GenParams {
+            max_new_tokens: 8,
+            ..params.clone()
+        },
+        &mut Vec::new(),
+    )?;
     let spec_on = pipe.mode != dspark_engine::spec::Mode::Baseline;
     if spec_on {
-        pipe.generate(&ids[0], &GenParams { max_new_tokens: 8, ..params.clone() }, &mut Vec::new())?;
+        pipe.generate(
+            &ids[0],
+            &GenParams {
+                max_new_tokens: 8,
+                ..params.clone()
+            },
+            &mut Vec::new(),
+        )?;
     }
     let (mut base, mut spec, mut identical) = (vec![], vec![], 0);
     for (i, p) in ids.iter().enumerate() {
@@ -180,7 +210,12 @@ pub fn run(a: BenchArgs) -> Result<()> {
         if spec_on {
             let rs = pipe.generate(p, &params, &mut Vec::new())?;
             identical += usize::from(rs.tokens == rb.tokens);
-            eprintln!("  prompt {i}: {} {:.1} tok/s, tau {:.2}", pipe.mode.as_str(), rs.tokens_per_sec(), rs.mean_accept_len());
+            eprintln!(
+                "  prompt {i}: {} {:.1} tok/s, tau {:.2}",
+                pipe.mode.as_str(),
+                rs.tokens_per_sec(),
+                rs.mean_accept_len()
+            );
             spec.push(record(&rs));
         }
         base.push(record(&rb));
@@ -190,7 +225,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let base_decode_tps = bs.tokens.saturating_sub(base.len()) as f64 / bs.decode_secs.max(1e-9);
     let cfg = &pipe.target.model.cfg;
     let dsize = b.compute_dtype().size_in_bytes();
-    let tied_head = if cfg.tie_word_embeddings { cfg.vocab_size * cfg.hidden_size } else { 0 };
+    let tied_head = if cfg.tie_word_embeddings {
+        cfg.vocab_size * cfg.hidden_size
+    } else {
+        0
+    };
     let weight_bytes = (cfg.num_params() - cfg.vocab_size * cfg.hidden_size + tied_head) * dsize;
     let bw = memory_bandwidth();
     let ceiling = bw * 1e9 / weight_bytes as f64;
@@ -204,7 +243,14 @@ pub fn run(a: BenchArgs) -> Result<()> {
         "memory": {"measured_read_gb_s": bw, "weight_bytes_per_token": weight_bytes,
                    "decode_ceiling_tok_s": ceiling, "baseline_pct_of_ceiling": 100.0 * base_decode_tps / ceiling},
     });
-    println!("model {}  ({} on {}, {} prompts x {} tokens)", path.display(), out["dtype"], out["device"], texts.len(), a.max_tokens);
+    println!(
+        "model {}  ({} on {}, {} prompts x {} tokens)",
+        path.display(),
+        out["dtype"],
+        out["device"],
+        texts.len(),
+        a.max_tokens
+    );
     println!("memory read bandwidth {bw:.1} GB/s; weights {:.1} MB/token -> decode ceiling {ceiling:.1} tok/s", weight_bytes as f64 / 1e6);
     println!("baseline        {base_tps:7.1} tok/s  (decode {base_decode_tps:.1} tok/s = {:.0}% of ceiling)", 100.0 * base_decode_tps / ceiling);
     if spec_on {
@@ -225,13 +271,21 @@ pub fn run(a: BenchArgs) -> Result<()> {
             "pct_of_baseline_ceiling": 100.0 * tps / ceiling});
     }
     if let Some(py) = &a.hf_python {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/bench/hf_decode.py");
+        let script =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/bench/hf_decode.py");
         let arg = json!({"model": path, "prompts": ids, "max_tokens": a.max_tokens}).to_string();
-        let o = std::process::Command::new(py).arg(&script).arg(arg).output().context("running HF transformers")?;
+        let o = std::process::Command::new(py)
+            .arg(&script)
+            .arg(arg)
+            .output()
+            .context("running HF transformers")?;
         let v: serde_json::Value = serde_json::from_slice(&o.stdout)
             .with_context(|| format!("HF script output: {}", String::from_utf8_lossy(&o.stderr)))?;
         let hf = v["tok_s"].as_f64().unwrap_or(0.0);
-        println!("hf transformers {hf:7.1} tok/s  -> dspark baseline x{:.2}", base_tps / hf);
+        println!(
+            "hf transformers {hf:7.1} tok/s  -> dspark baseline x{:.2}",
+            base_tps / hf
+        );
         out["hf_transformers"] = json!({"tok_s": hf, "dspark_baseline_ratio": base_tps / hf, "identical_tokens": v["identical"]});
     }
     if let Some(dir) = a.out.parent() {

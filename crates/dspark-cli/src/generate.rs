@@ -84,7 +84,10 @@ pub fn encode_prompt<B: Backend>(lm: &LoadedModel<B>, a: &GenerateArgs) -> Resul
                 msgs.push(json!({"role": "system", "content": s}));
             }
             msgs.push(json!({"role": "user", "content": a.prompt}));
-            let mut opts = ChatOptions { add_generation_prompt: true, ..Default::default() };
+            let mut opts = ChatOptions {
+                add_generation_prompt: true,
+                ..Default::default()
+            };
             if a.no_thinking {
                 opts.kwargs.insert("enable_thinking".into(), json!(false));
             }

@@ -3,8 +3,8 @@
 
 mod args;
 mod bench;
-mod bench_server;
 mod bench_backends;
+mod bench_server;
 mod doctor;
 mod generate;
 mod model_arg;
@@ -15,7 +15,11 @@ mod serve;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "dspark", version, about = "Local LLM server with lossless speculative decoding")]
+#[command(
+    name = "dspark",
+    version,
+    about = "Local LLM server with lossless speculative decoding"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -27,12 +31,12 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Measure prefill/decode speed (speculative modes side by side with baseline); writes JSON.
     Bench(bench::BenchArgs),
-    /// Decode tok/s of one model on candle-CPU and MLX-CPU side by side (informational).
-    BenchBackends(bench_backends::BenchBackendsArgs),
     /// Serve the model over an OpenAI-compatible HTTP API (chat, completions, SSE, tools).
     Serve(serve::ServeArgs),
     /// Server overhead per streamed token vs engine-only, and TTFT p50/p99 at 1/4/16 clients.
     BenchServer(bench_server::BenchServerArgs),
+    /// Decode tok/s of one model on candle-CPU and MLX-CPU side by side (informational).
+    BenchBackends(bench_backends::BenchBackendsArgs),
     /// List the model registry: targets, drafters, RAM estimates, what is already on disk.
     Models(models::ModelsArgs),
     /// Download a hub repo into the Hugging Face cache (resumable, integrity-checked).
@@ -53,9 +57,9 @@ fn main() {
     let res = match cli.command {
         Command::Generate(a) => generate::run(a),
         Command::Bench(a) => bench::run(a),
-        Command::BenchBackends(a) => bench_backends::run(a),
         Command::Serve(a) => serve::run(a),
         Command::BenchServer(a) => bench_server::run(a),
+        Command::BenchBackends(a) => bench_backends::run(a),
         Command::Models(a) => models::run(a),
         Command::Pull(a) => pull::run(a),
         Command::Doctor(a) => doctor::run(a),

@@ -14,7 +14,11 @@ use crate::args::{ModelArgs, SpecArgs};
 /// A directory, a .gguf file, `demo`, a registry id (`qwen3-8b`) or a hub repo id, which is
 /// taken from LM Studio's folders or the HF cache, or downloaded with progress bars.
 pub fn resolve_model(model: &str) -> Result<PathBuf> {
-    Ok(dspark_hub::resolve_model_path(model, false, &crate::pull::Bars::new())?)
+    Ok(dspark_hub::resolve_model_path(
+        model,
+        false,
+        &crate::pull::Bars::new(),
+    )?)
 }
 
 /// The backend of `--backend` / `--device` / `--dtype`.
@@ -29,7 +33,11 @@ pub fn any_backend(m: &ModelArgs) -> Result<AnyBackend> {
     let mlx = match m.backend.as_str() {
         "candle" => false,
         "mlx" => true,
-        "auto" => cfg!(all(feature = "mlx", target_os = "macos", target_arch = "aarch64")),
+        "auto" => cfg!(all(
+            feature = "mlx",
+            target_os = "macos",
+            target_arch = "aarch64"
+        )),
         other => bail!("unknown backend `{other}` (auto, candle, mlx)"),
     };
     if !mlx {
@@ -83,8 +91,13 @@ pub fn backend(device: &str, dtype: Option<&str>, keep_quantized: bool) -> Resul
     let b = match device {
         "cpu" | "auto" => CandleBackend::cpu(),
         d if d.starts_with("cuda") => {
-            let ordinal = d.strip_prefix("cuda:").map(str::parse).transpose()?.unwrap_or(0);
-            CandleBackend::cuda(ordinal).context("CUDA is not available (build with --features cuda)")?
+            let ordinal = d
+                .strip_prefix("cuda:")
+                .map(str::parse)
+                .transpose()?
+                .unwrap_or(0);
+            CandleBackend::cuda(ordinal)
+                .context("CUDA is not available (build with --features cuda)")?
         }
         other => bail!("unknown device `{other}` (cpu, cuda, cuda:N)"),
     };
@@ -104,7 +117,10 @@ pub fn build_pipeline<B: CliBackend>(
 ) -> Result<Pipeline<B>> {
     let mode = Mode::parse(&s.mode).with_context(|| format!("unknown mode `{}`", s.mode))?;
     let max_draft = s.max_draft.unwrap_or_else(|| default_max_draft(mode));
-    let spec = SpecParams { max_draft: max_draft.max(1), confidence_threshold: s.confidence_threshold };
+    let spec = SpecParams {
+        max_draft: max_draft.max(1),
+        confidence_threshold: s.confidence_threshold,
+    };
     let drafter = match mode {
         Mode::Baseline => None,
         _ => {
@@ -114,7 +130,11 @@ pub fn build_pipeline<B: CliBackend>(
             let path = resolve_model(r.drafter.as_deref().unwrap_or_default())?;
             // the demo's draft model is the same GGUF kept quantized
             let draft_backend = b.draft_backend();
-            let block = if mode == Mode::Draft { max_draft.clamp(1, 16) } else { 16 };
+            let block = if mode == Mode::Draft {
+                max_draft.clamp(1, 16)
+            } else {
+                16
+            };
             Some(
                 load_drafter(b, &draft_backend, mode, &path, &lm.model, block)
                     .with_context(|| format!("loading drafter {}", path.display()))?,

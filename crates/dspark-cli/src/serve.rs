@@ -14,8 +14,8 @@ use dspark_server::scripted::{Script, ScriptedEngine};
 use dspark_server::{app, AppState, Cors, Engine, ServerConfig};
 
 use crate::args::{ModelArgs, SpecArgs};
-use dspark_engine::prefix_cache::PrefixCacheConfig;
 use crate::model_arg::{any_backend, build_pipeline, resolve_model, AnyBackend, CliBackend};
+use dspark_engine::prefix_cache::PrefixCacheConfig;
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {

@@ -13,8 +13,14 @@ pub enum EngineError {
     Tokenizer(String),
     #[error("chat template: {0}")]
     Template(String),
-    #[error("prompt of {prompt} tokens plus {max_new} new tokens exceeds the context of {max} tokens")]
-    ContextOverflow { prompt: usize, max_new: usize, max: usize },
+    #[error(
+        "prompt of {prompt} tokens plus {max_new} new tokens exceeds the context of {max} tokens"
+    )]
+    ContextOverflow {
+        prompt: usize,
+        max_new: usize,
+        max: usize,
+    },
     #[error("invalid request: {0}")]
     Invalid(String),
     #[error("drafter does not fit the target: {0}")]

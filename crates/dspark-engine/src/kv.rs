@@ -18,8 +18,18 @@ pub struct KvCache<B: Backend> {
 
 impl<B: Backend> KvCache<B> {
     pub fn new(num_layers: usize, max_len: usize) -> Self {
-        let layers = (0..num_layers).map(|_| LayerKv { k: None, v: None, cap: 0 }).collect();
-        KvCache { layers, len: 0, max_len }
+        let layers = (0..num_layers)
+            .map(|_| LayerKv {
+                k: None,
+                v: None,
+                cap: 0,
+            })
+            .collect();
+        KvCache {
+            layers,
+            len: 0,
+            max_len,
+        }
     }
 
     /// Committed positions.
@@ -79,7 +89,10 @@ impl<B: Backend> KvCache<B> {
                 (Some(ok), Some(ov)) if self.len > 0 => {
                     let ok = b.narrow(ok, 2, 0, self.len)?;
                     let ov = b.narrow(ov, 2, 0, self.len)?;
-                    (b.slice_update(&nk, &ok, 2, 0)?, b.slice_update(&nv, &ov, 2, 0)?)
+                    (
+                        b.slice_update(&nk, &ok, 2, 0)?,
+                        b.slice_update(&nv, &ov, 2, 0)?,
+                    )
                 }
                 _ => (nk, nv),
             };
@@ -99,9 +112,10 @@ impl<B: Backend> KvCache<B> {
     pub fn layer_view(&self, b: &B, layer: usize) -> BResult<Option<(B::Tensor, B::Tensor)>> {
         let slot = &self.layers[layer];
         match (&slot.k, &slot.v) {
-            (Some(k), Some(v)) if self.len > 0 => {
-                Ok(Some((b.narrow(k, 2, 0, self.len)?, b.narrow(v, 2, 0, self.len)?)))
-            }
+            (Some(k), Some(v)) if self.len > 0 => Ok(Some((
+                b.narrow(k, 2, 0, self.len)?,
+                b.narrow(v, 2, 0, self.len)?,
+            ))),
             _ => Ok(None),
         }
     }

@@ -41,5 +41,9 @@ pub fn load_model<B: Backend>(
     }
     .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
     let model = Transformer::load(backend, ck.cfg, ck.source.as_ref())?;
-    Ok(LoadedModel { model, tokenizer: std::sync::Arc::new(tokenizer), path: path.to_path_buf() })
+    Ok(LoadedModel {
+        model,
+        tokenizer: std::sync::Arc::new(tokenizer),
+        path: path.to_path_buf(),
+    })
 }

@@ -44,7 +44,9 @@ pub fn load_drafter<B: Backend>(
 ) -> Result<Box<dyn Drafter<B>>, EngineError> {
     Ok(match mode {
         Mode::Baseline => {
-            return Err(EngineError::Invalid("baseline mode takes no drafter".into()));
+            return Err(EngineError::Invalid(
+                "baseline mode takes no drafter".into(),
+            ));
         }
         Mode::Dspark => Box::new(load_dspark(backend, path, target)?),
         Mode::Dflash => Box::new(load_dflash(backend, path, target)?),
@@ -57,12 +59,27 @@ pub fn load_drafter<B: Backend>(
 }
 
 impl<B: Backend> Pipeline<B> {
-    pub fn new(target: LoadedModel<B>, mode: Mode, drafter: Option<Box<dyn Drafter<B>>>, spec: SpecParams) -> Result<Self, EngineError> {
+    pub fn new(
+        target: LoadedModel<B>,
+        mode: Mode,
+        drafter: Option<Box<dyn Drafter<B>>>,
+        spec: SpecParams,
+    ) -> Result<Self, EngineError> {
         if mode != Mode::Baseline && drafter.is_none() {
-            return Err(EngineError::Invalid(format!("{} mode needs a drafter", mode.as_str())));
+            return Err(EngineError::Invalid(format!(
+                "{} mode needs a drafter",
+                mode.as_str()
+            )));
         }
         let cache = target.model.new_cache();
-        Ok(Pipeline { target, mode, spec, drafter, cache, prefix: None })
+        Ok(Pipeline {
+            target,
+            mode,
+            spec,
+            drafter,
+            cache,
+            prefix: None,
+        })
     }
 
     /// Turns on the prefix cache. `drafter_label` (e.g. the drafter's path) joins the model
@@ -77,7 +94,10 @@ impl<B: Backend> Pipeline<B> {
             b.compute_dtype(),
             b.device_label()
         );
-        let shape = (self.target.model.cfg.num_layers, self.target.model.cfg.max_position_embeddings);
+        let shape = (
+            self.target.model.cfg.num_layers,
+            self.target.model.cfg.max_position_embeddings,
+        );
         self.prefix = Some(PrefixCache::new(b, cfg, &fp, shape));
     }
 
@@ -98,7 +118,12 @@ impl<B: Backend> Pipeline<B> {
     }
 
     /// One generation with the target alone, whatever the mode (benchmarks' reference).
-    pub fn generate_baseline(&mut self, prompt: &[u32], params: &GenParams, sink: &mut dyn TokenSink) -> Result<GenResult, EngineError> {
+    pub fn generate_baseline(
+        &mut self,
+        prompt: &[u32],
+        params: &GenParams,
+        sink: &mut dyn TokenSink,
+    ) -> Result<GenResult, EngineError> {
         self.cache.clear();
         let r = baseline::generate(&self.target.model, &mut self.cache, prompt, params, sink)?;
         Ok(self.with_text(r))
@@ -106,14 +131,23 @@ impl<B: Backend> Pipeline<B> {
 
     /// Fills `text` from the tokens (special tokens skipped).
     fn with_text(&self, mut r: GenResult) -> GenResult {
-        r.text = self.target.tokenizer.decode(&r.tokens, true).unwrap_or_default();
+        r.text = self
+            .target
+            .tokenizer
+            .decode(&r.tokens, true)
+            .unwrap_or_default();
         r
     }
 
     /// One generation, starting from the longest cached prefix when the prefix cache is on.
     /// On success the computed state is kept (also for a cancelled request); on an error only
     /// the state of this request is dropped.
-    pub fn generate(&mut self, prompt: &[u32], params: &GenParams, sink: &mut dyn TokenSink) -> Result<GenResult, EngineError> {
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        params: &GenParams,
+        sink: &mut dyn TokenSink,
+    ) -> Result<GenResult, EngineError> {
         let Some(prefix) = self.prefix.as_mut() else {
             self.cache.clear();
             if let Some(d) = self.drafter.as_mut() {
@@ -160,9 +194,15 @@ impl<B: Backend> Pipeline<B> {
             }
         }
         let r = match (&mut self.drafter, self.mode) {
-            (Some(d), m) if m != Mode::Baseline => {
-                decode::generate(&self.target.model, &mut self.cache, d.as_mut(), prompt, params, &self.spec, sink)
-            }
+            (Some(d), m) if m != Mode::Baseline => decode::generate(
+                &self.target.model,
+                &mut self.cache,
+                d.as_mut(),
+                prompt,
+                params,
+                &self.spec,
+                sink,
+            ),
             _ => baseline::generate(&self.target.model, &mut self.cache, prompt, params, sink),
         };
         if r.is_err() {

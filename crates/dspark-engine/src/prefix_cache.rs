@@ -33,7 +33,12 @@ pub struct PrefixCacheConfig {
 
 impl Default for PrefixCacheConfig {
     fn default() -> Self {
-        PrefixCacheConfig { max_slots: 8, max_ram_bytes: 2 << 30, dir: None, min_reuse: 16 }
+        PrefixCacheConfig {
+            max_slots: 8,
+            max_ram_bytes: 2 << 30,
+            dir: None,
+            min_reuse: 16,
+        }
     }
 }
 
@@ -54,8 +59,14 @@ pub struct PrefixCacheInfo {
 }
 
 enum Place<B: Backend> {
-    Ram { target: KvCache<B>, drafter: DrafterState<B>, bytes: usize },
-    Disk { path: PathBuf },
+    Ram {
+        target: KvCache<B>,
+        drafter: DrafterState<B>,
+        bytes: usize,
+    },
+    Disk {
+        path: PathBuf,
+    },
 }
 
 struct Slot<B: Backend> {
@@ -94,8 +105,16 @@ fn hex(bytes: &[u8]) -> String {
 impl<B: Backend> PrefixCache<B> {
     /// `fingerprint` names the model/drafter/dtype; spilled files of another fingerprint are
     /// never used. `target_shape` = (layers, max positions) of the target.
-    pub fn new(backend: &B, cfg: PrefixCacheConfig, fingerprint: &str, target_shape: (usize, usize)) -> Self {
-        let dir = cfg.dir.as_ref().map(|d| d.join(&hex(&Sha256::digest(fingerprint.as_bytes()))[..16]));
+    pub fn new(
+        backend: &B,
+        cfg: PrefixCacheConfig,
+        fingerprint: &str,
+        target_shape: (usize, usize),
+    ) -> Self {
+        let dir = cfg
+            .dir
+            .as_ref()
+            .map(|d| d.join(&hex(&Sha256::digest(fingerprint.as_bytes()))[..16]));
         let mut pc = PrefixCache {
             cfg,
             backend: backend.clone(),
@@ -104,7 +123,10 @@ impl<B: Backend> PrefixCache<B> {
             target_shape,
             slots: Vec::new(),
             clock: 0,
-            info: PrefixCacheInfo { enabled: true, ..Default::default() },
+            info: PrefixCacheInfo {
+                enabled: true,
+                ..Default::default()
+            },
         };
         pc.scan_disk();
         pc
@@ -113,14 +135,17 @@ impl<B: Backend> PrefixCache<B> {
     /// Picks up slots spilled by an earlier run (metadata only; data is checked on load).
     fn scan_disk(&mut self) {
         let Some(dir) = &self.dir else { return };
-        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
         let mut found: Vec<(PathBuf, Vec<u32>)> = Vec::new();
         for e in rd.flatten() {
             let p = e.path();
             if p.extension().is_some_and(|x| x == "safetensors") {
                 match read_meta(&p) {
                     Some(m) if m.get("fingerprint") == Some(&self.fingerprint) => {
-                        if let Some(t) = m.get("tokens").and_then(|t| serde_json::from_str(t).ok()) {
+                        if let Some(t) = m.get("tokens").and_then(|t| serde_json::from_str(t).ok())
+                        {
                             found.push((p, t));
                         }
                     }
@@ -130,7 +155,11 @@ impl<B: Backend> PrefixCache<B> {
         }
         found.sort();
         for (path, tokens) in found {
-            self.slots.push(Slot { tokens, place: Place::Disk { path }, last_used: 0 });
+            self.slots.push(Slot {
+                tokens,
+                place: Place::Disk { path },
+                last_used: 0,
+            });
         }
         self.refresh_info();
     }
@@ -177,7 +206,12 @@ impl<B: Backend> PrefixCache<B> {
             .slots
             .iter()
             .enumerate()
-            .map(|(i, s)| (lcp(&s.tokens, prompt).min(prompt.len().saturating_sub(1)), i))
+            .map(|(i, s)| {
+                (
+                    lcp(&s.tokens, prompt).min(prompt.len().saturating_sub(1)),
+                    i,
+                )
+            })
             .max();
         let (reuse, idx) = match best {
             Some((r, i)) if r >= self.cfg.min_reuse.max(1) => (r, i),
@@ -197,10 +231,18 @@ impl<B: Backend> PrefixCache<B> {
         let got = if extension {
             let s = self.slots.remove(idx);
             match s.place {
-                Place::Ram { mut target, mut drafter, .. } => {
+                Place::Ram {
+                    mut target,
+                    mut drafter,
+                    ..
+                } => {
                     target.truncate(reuse);
                     drafter.truncate(reuse);
-                    Some(Acquired { target, drafter, reused: reuse })
+                    Some(Acquired {
+                        target,
+                        drafter,
+                        reused: reuse,
+                    })
                 }
                 Place::Disk { .. } => None,
             }
@@ -208,7 +250,9 @@ impl<B: Backend> PrefixCache<B> {
             let s = &mut self.slots[idx];
             s.last_used = self.clock;
             match &s.place {
-                Place::Ram { target, drafter, .. } => copy_prefix(&self.backend, target, drafter, reuse).ok(),
+                Place::Ram {
+                    target, drafter, ..
+                } => copy_prefix(&self.backend, target, drafter, reuse).ok(),
                 Place::Disk { .. } => None,
             }
         };
@@ -224,7 +268,13 @@ impl<B: Backend> PrefixCache<B> {
     }
 
     /// Keeps the state of `tokens` (the sequence the caches hold, exactly).
-    pub fn store(&mut self, tokens: Vec<u32>, target: KvCache<B>, drafter: DrafterState<B>, elem_bytes: usize) {
+    pub fn store(
+        &mut self,
+        tokens: Vec<u32>,
+        target: KvCache<B>,
+        drafter: DrafterState<B>,
+        elem_bytes: usize,
+    ) {
         self.clock += 1;
         if tokens.is_empty() || target.len() != tokens.len() {
             return;
@@ -243,19 +293,41 @@ impl<B: Backend> PrefixCache<B> {
             }
         }
         let bytes = target.nbytes(&self.backend, elem_bytes)
-            + drafter.kv.as_ref().map_or(0, |k| k.nbytes(&self.backend, elem_bytes));
-        self.slots.push(Slot { tokens, place: Place::Ram { target, drafter, bytes }, last_used: self.clock });
+            + drafter
+                .kv
+                .as_ref()
+                .map_or(0, |k| k.nbytes(&self.backend, elem_bytes));
+        self.slots.push(Slot {
+            tokens,
+            place: Place::Ram {
+                target,
+                drafter,
+                bytes,
+            },
+            last_used: self.clock,
+        });
         self.enforce_budget();
         self.refresh_info();
     }
 
     fn ram_bytes(&self) -> usize {
-        self.slots.iter().map(|s| if let Place::Ram { bytes, .. } = s.place { bytes } else { 0 }).sum()
+        self.slots
+            .iter()
+            .map(|s| {
+                if let Place::Ram { bytes, .. } = s.place {
+                    bytes
+                } else {
+                    0
+                }
+            })
+            .sum()
     }
 
     fn enforce_budget(&mut self) {
         while self.slots.len() > self.cfg.max_slots.max(1) {
-            let lru = (0..self.slots.len()).min_by_key(|&i| self.slots[i].last_used).unwrap();
+            let lru = (0..self.slots.len())
+                .min_by_key(|&i| self.slots[i].last_used)
+                .unwrap();
             if let Place::Disk { path } = self.slots.remove(lru).place {
                 let _ = std::fs::remove_file(path);
             }
@@ -275,7 +347,12 @@ impl<B: Backend> PrefixCache<B> {
         let dir = self.dir.clone().ok_or("no spill directory")?;
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let slot = &self.slots[idx];
-        let Place::Ram { target, drafter, .. } = &slot.place else { return Ok(()) };
+        let Place::Ram {
+            target, drafter, ..
+        } = &slot.place
+        else {
+            return Ok(());
+        };
         let b = &self.backend;
         let t = target.export(b).map_err(|e| e.message)?;
         let d = match &drafter.kv {
@@ -284,7 +361,10 @@ impl<B: Backend> PrefixCache<B> {
         };
         let tokens = serde_json::to_string(&slot.tokens).map_err(|e| e.to_string())?;
         let backlog = serde_json::to_string(&drafter.backlog).map_err(|e| e.to_string())?;
-        let name = format!("slot-{}.safetensors", &hex(&Sha256::digest(tokens.as_bytes()))[..16]);
+        let name = format!(
+            "slot-{}.safetensors",
+            &hex(&Sha256::digest(tokens.as_bytes()))[..16]
+        );
         let path = dir.join(name);
         write_slot(&path, &self.fingerprint, &tokens, &backlog, &t, &d)?;
         self.slots[idx].place = Place::Disk { path };
@@ -294,22 +374,33 @@ impl<B: Backend> PrefixCache<B> {
 
     /// Loads a spilled slot back into RAM; a corrupt file is deleted and the slot dropped.
     fn reload(&mut self, idx: usize) -> bool {
-        let Place::Disk { path } = &self.slots[idx].place else { return true };
+        let Place::Disk { path } = &self.slots[idx].place else {
+            return true;
+        };
         let path = path.clone();
         match read_slot(&path, &self.fingerprint) {
             Ok((tokens, backlog, t, d)) if tokens == self.slots[idx].tokens => {
                 let b = &self.backend;
                 let built: BResult<_> = (|| {
                     let target = KvCache::import(b, &t, self.target_shape.1)?;
-                    let kv = if d.is_empty() { None } else { Some(KvCache::import(b, &d, self.target_shape.1)?) };
+                    let kv = if d.is_empty() {
+                        None
+                    } else {
+                        Some(KvCache::import(b, &d, self.target_shape.1)?)
+                    };
                     Ok((target, kv))
                 })();
                 match built {
                     Ok((target, kv)) => {
                         let elem = b.compute_dtype().size_in_bytes();
-                        let bytes = target.nbytes(b, elem) + kv.as_ref().map_or(0, |k| k.nbytes(b, elem));
+                        let bytes =
+                            target.nbytes(b, elem) + kv.as_ref().map_or(0, |k| k.nbytes(b, elem));
                         let _ = std::fs::remove_file(&path);
-                        self.slots[idx].place = Place::Ram { target, drafter: DrafterState { kv, backlog }, bytes };
+                        self.slots[idx].place = Place::Ram {
+                            target,
+                            drafter: DrafterState { kv, backlog },
+                            bytes,
+                        };
                         self.info.reloads += 1;
                         true
                     }
@@ -317,7 +408,10 @@ impl<B: Backend> PrefixCache<B> {
                 }
             }
             _ => {
-                tracing::warn!("prefix cache: ignoring corrupt spill file {}", path.display());
+                tracing::warn!(
+                    "prefix cache: ignoring corrupt spill file {}",
+                    path.display()
+                );
                 let _ = std::fs::remove_file(&path);
                 self.slots.remove(idx);
                 self.info.corrupt_files += 1;
@@ -327,7 +421,12 @@ impl<B: Backend> PrefixCache<B> {
     }
 }
 
-fn copy_prefix<B: Backend>(b: &B, target: &KvCache<B>, drafter: &DrafterState<B>, len: usize) -> BResult<Acquired<B>> {
+fn copy_prefix<B: Backend>(
+    b: &B,
+    target: &KvCache<B>,
+    drafter: &DrafterState<B>,
+    len: usize,
+) -> BResult<Acquired<B>> {
     let t = target.deep_prefix(b, len)?;
     let kv_len = drafter.kv.as_ref().map_or(0, |k| k.len());
     let kv = match &drafter.kv {
@@ -335,7 +434,11 @@ fn copy_prefix<B: Backend>(b: &B, target: &KvCache<B>, drafter: &DrafterState<B>
         None => None,
     };
     let backlog = drafter.backlog[..len.saturating_sub(kv_len).min(drafter.backlog.len())].to_vec();
-    Ok(Acquired { target: t, drafter: DrafterState { kv, backlog }, reused: len })
+    Ok(Acquired {
+        target: t,
+        drafter: DrafterState { kv, backlog },
+        reused: len,
+    })
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
@@ -344,7 +447,14 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 
 type SlotData = (Vec<u32>, Vec<u32>, Vec<HostLayer>, Vec<HostLayer>);
 
-fn write_slot(path: &Path, fp: &str, tokens: &str, backlog: &str, t: &[HostLayer], d: &[HostLayer]) -> Result<(), String> {
+fn write_slot(
+    path: &Path,
+    fp: &str,
+    tokens: &str,
+    backlog: &str,
+    t: &[HostLayer],
+    d: &[HostLayer],
+) -> Result<(), String> {
     let mut bufs: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
     for (prefix, layers) in [("t", t), ("d", d)] {
         for (i, (shape, k, v)) in layers.iter().enumerate() {
@@ -391,7 +501,11 @@ fn read_meta(path: &Path) -> Option<HashMap<String, String>> {
     f.read_exact(&mut head).ok()?;
     let v: serde_json::Value = serde_json::from_slice(&head).ok()?;
     let m = v.get("__metadata__")?.as_object()?;
-    Some(m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
+    Some(
+        m.iter()
+            .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
+            .collect(),
+    )
 }
 
 fn read_slot(path: &Path, fp: &str) -> Result<SlotData, String> {
@@ -418,8 +532,15 @@ fn read_slot(path: &Path, fp: &str) -> Result<SlotData, String> {
     let layers = |prefix: &str| -> Result<Vec<HostLayer>, String> {
         let mut out = Vec::new();
         let mut i = 0;
-        while let (Ok(k), Ok(v)) = (st.tensor(&format!("{prefix}.{i:03}.k")), st.tensor(&format!("{prefix}.{i:03}.v"))) {
-            let f = |d: &[u8]| d.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        while let (Ok(k), Ok(v)) = (
+            st.tensor(&format!("{prefix}.{i:03}.k")),
+            st.tensor(&format!("{prefix}.{i:03}.v")),
+        ) {
+            let f = |d: &[u8]| {
+                d.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect()
+            };
             out.push((k.shape().to_vec(), f(k.data()), f(v.data())));
             i += 1;
         }

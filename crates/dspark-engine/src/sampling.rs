@@ -16,7 +16,12 @@ pub struct SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        SamplingParams { temperature: 0.0, top_p: 1.0, top_k: 0, seed: None }
+        SamplingParams {
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: None,
+        }
     }
 }
 
@@ -159,7 +164,10 @@ mod tests {
         // cumulative before: 0, .5, .8, .95 -> with p=0.75 keep first two only
         let mut p = vec![0.5, 0.3, 0.15, 0.05];
         truncate(&mut p, 0.75, 0);
-        assert!(p[0] > 0.0 && p[1] > 0.0 && p[2] == 0.0 && p[3] == 0.0, "{p:?}");
+        assert!(
+            p[0] > 0.0 && p[1] > 0.0 && p[2] == 0.0 && p[3] == 0.0,
+            "{p:?}"
+        );
         // top-1 always survives
         let mut q = vec![0.9, 0.1];
         truncate(&mut q, 0.01, 0);
@@ -169,7 +177,12 @@ mod tests {
     #[test]
     fn same_seed_same_samples() {
         let row: Vec<f32> = (0..50).map(|i| (i as f32 * 0.37).sin()).collect();
-        let params = SamplingParams { temperature: 1.0, top_p: 0.9, top_k: 20, seed: Some(7) };
+        let params = SamplingParams {
+            temperature: 1.0,
+            top_p: 0.9,
+            top_k: 20,
+            seed: Some(7),
+        };
         let a: Vec<u32> = {
             let mut r = rng_for(Some(7));
             (0..20).map(|_| pick(&row, &params, &mut r)).collect()
@@ -184,7 +197,12 @@ mod tests {
     #[test]
     fn sampled_frequencies_follow_distribution() {
         let row = [0.0f32, 1.0, 2.0];
-        let params = SamplingParams { temperature: 1.0, top_p: 1.0, top_k: 0, seed: None };
+        let params = SamplingParams {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: None,
+        };
         let p = distribution(&row, &params);
         let mut r = rng_for(Some(1));
         let n = 30_000;

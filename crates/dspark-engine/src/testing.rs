@@ -93,38 +93,114 @@ impl Gen {
 }
 
 pub fn put(src: &mut MemorySource, name: &str, shape: &[usize], data: Vec<f32>) {
-    src.tensors.insert(name.to_string(), HostTensor::from_f32(shape.to_vec(), &data));
+    src.tensors.insert(
+        name.to_string(),
+        HostTensor::from_f32(shape.to_vec(), &data),
+    );
 }
 
 /// Adds one decoder layer's weights under `prefix`.
 pub fn add_layer(src: &mut MemorySource, g: &mut Gen, prefix: &str, s: &RandomSpec) {
-    let (h, i, qd, kd) = (s.hidden, s.intermediate, s.heads * s.head_dim, s.kv_heads * s.head_dim);
+    let (h, i, qd, kd) = (
+        s.hidden,
+        s.intermediate,
+        s.heads * s.head_dim,
+        s.kv_heads * s.head_dim,
+    );
     let ls = s.layer_scale;
-    put(src, &format!("{prefix}.self_attn.q_proj.weight"), &[qd, h], g.matrix(qd, h, 1.0));
-    put(src, &format!("{prefix}.self_attn.k_proj.weight"), &[kd, h], g.matrix(kd, h, 1.0));
-    put(src, &format!("{prefix}.self_attn.v_proj.weight"), &[kd, h], g.matrix(kd, h, 1.0));
-    put(src, &format!("{prefix}.self_attn.o_proj.weight"), &[h, qd], g.matrix(h, qd, ls));
-    put(src, &format!("{prefix}.self_attn.q_norm.weight"), &[s.head_dim], g.norm_weight(s.head_dim));
-    put(src, &format!("{prefix}.self_attn.k_norm.weight"), &[s.head_dim], g.norm_weight(s.head_dim));
-    put(src, &format!("{prefix}.mlp.gate_proj.weight"), &[i, h], g.matrix(i, h, 1.0));
-    put(src, &format!("{prefix}.mlp.up_proj.weight"), &[i, h], g.matrix(i, h, 1.0));
-    put(src, &format!("{prefix}.mlp.down_proj.weight"), &[h, i], g.matrix(h, i, ls));
-    put(src, &format!("{prefix}.input_layernorm.weight"), &[h], g.norm_weight(h));
-    put(src, &format!("{prefix}.post_attention_layernorm.weight"), &[h], g.norm_weight(h));
+    put(
+        src,
+        &format!("{prefix}.self_attn.q_proj.weight"),
+        &[qd, h],
+        g.matrix(qd, h, 1.0),
+    );
+    put(
+        src,
+        &format!("{prefix}.self_attn.k_proj.weight"),
+        &[kd, h],
+        g.matrix(kd, h, 1.0),
+    );
+    put(
+        src,
+        &format!("{prefix}.self_attn.v_proj.weight"),
+        &[kd, h],
+        g.matrix(kd, h, 1.0),
+    );
+    put(
+        src,
+        &format!("{prefix}.self_attn.o_proj.weight"),
+        &[h, qd],
+        g.matrix(h, qd, ls),
+    );
+    put(
+        src,
+        &format!("{prefix}.self_attn.q_norm.weight"),
+        &[s.head_dim],
+        g.norm_weight(s.head_dim),
+    );
+    put(
+        src,
+        &format!("{prefix}.self_attn.k_norm.weight"),
+        &[s.head_dim],
+        g.norm_weight(s.head_dim),
+    );
+    put(
+        src,
+        &format!("{prefix}.mlp.gate_proj.weight"),
+        &[i, h],
+        g.matrix(i, h, 1.0),
+    );
+    put(
+        src,
+        &format!("{prefix}.mlp.up_proj.weight"),
+        &[i, h],
+        g.matrix(i, h, 1.0),
+    );
+    put(
+        src,
+        &format!("{prefix}.mlp.down_proj.weight"),
+        &[h, i],
+        g.matrix(h, i, ls),
+    );
+    put(
+        src,
+        &format!("{prefix}.input_layernorm.weight"),
+        &[h],
+        g.norm_weight(h),
+    );
+    put(
+        src,
+        &format!("{prefix}.post_attention_layernorm.weight"),
+        &[h],
+        g.norm_weight(h),
+    );
 }
 
 /// A random Qwen3-shaped target.
 pub fn random_target(spec: &RandomSpec, seed: u64) -> (TransformerConfig, MemorySource) {
     let mut g = Gen::new(seed, "target");
-    let mut src = MemorySource { label: format!("random-target-{seed}").into(), ..Default::default() };
+    let mut src = MemorySource {
+        label: format!("random-target-{seed}").into(),
+        ..Default::default()
+    };
     let (v, h) = (spec.vocab, spec.hidden);
-    put(&mut src, "model.embed_tokens.weight", &[v, h], (0..v * h).map(|_| g.normal()).collect());
+    put(
+        &mut src,
+        "model.embed_tokens.weight",
+        &[v, h],
+        (0..v * h).map(|_| g.normal()).collect(),
+    );
     for l in 0..spec.layers {
         add_layer(&mut src, &mut g, &format!("model.layers.{l}"), spec);
     }
     put(&mut src, "model.norm.weight", &[h], g.norm_weight(h));
     if !spec.tie {
-        put(&mut src, "lm_head.weight", &[v, h], g.matrix(v, h, spec.head_scale));
+        put(
+            &mut src,
+            "lm_head.weight",
+            &[v, h],
+            g.matrix(v, h, spec.head_scale),
+        );
     }
     (spec.config(), src)
 }
@@ -134,11 +210,20 @@ pub fn perturbed(src: &MemorySource, eps: f32, seed: u64) -> MemorySource {
     let mut g = Gen::new(seed, "perturb");
     let mut names: Vec<&String> = src.tensors.keys().collect();
     names.sort();
-    let mut out = MemorySource { label: format!("{}-perturbed", src.label.display()).into(), ..Default::default() };
+    let mut out = MemorySource {
+        label: format!("{}-perturbed", src.label.display()).into(),
+        ..Default::default()
+    };
     for name in names {
         let t = &src.tensors[name];
-        let data: Vec<f32> = t.to_f32().unwrap().iter().map(|x| x * (1.0 + eps * g.normal())).collect();
-        out.tensors.insert(name.clone(), HostTensor::from_f32(t.shape(), &data));
+        let data: Vec<f32> = t
+            .to_f32()
+            .unwrap()
+            .iter()
+            .map(|x| x * (1.0 + eps * g.normal()))
+            .collect();
+        out.tensors
+            .insert(name.clone(), HostTensor::from_f32(t.shape(), &data));
     }
     out
 }
@@ -165,11 +250,22 @@ fn drafter_config_json(t: &RandomSpec, d: &DrafterSpec) -> serde_json::Value {
 }
 
 fn backbone(t: &RandomSpec, d: &DrafterSpec, g: &mut Gen, label: &str) -> MemorySource {
-    let mut src = MemorySource { label: label.into(), ..Default::default() };
+    let mut src = MemorySource {
+        label: label.into(),
+        ..Default::default()
+    };
     let h = t.hidden;
-    put(&mut src, "fc.weight", &[h, d.taps.len() * h], g.matrix(h, d.taps.len() * h, 1.0));
+    put(
+        &mut src,
+        "fc.weight",
+        &[h, d.taps.len() * h],
+        g.matrix(h, d.taps.len() * h, 1.0),
+    );
     put(&mut src, "hidden_norm.weight", &[h], g.norm_weight(h));
-    let ls = RandomSpec { layer_scale: d.layer_scale, ..t.clone() };
+    let ls = RandomSpec {
+        layer_scale: d.layer_scale,
+        ..t.clone()
+    };
     for l in 0..d.layers {
         add_layer(&mut src, g, &format!("layers.{l}"), &ls);
     }
@@ -178,9 +274,16 @@ fn backbone(t: &RandomSpec, d: &DrafterSpec, g: &mut Gen, label: &str) -> Memory
 }
 
 /// A random DFlash drafter (shares the target's embedding and head).
-pub fn random_dflash(t: &RandomSpec, d: &DrafterSpec, seed: u64) -> (serde_json::Value, MemorySource) {
+pub fn random_dflash(
+    t: &RandomSpec,
+    d: &DrafterSpec,
+    seed: u64,
+) -> (serde_json::Value, MemorySource) {
     let mut g = Gen::new(seed, "dflash");
-    (drafter_config_json(t, d), backbone(t, d, &mut g, &format!("random-dflash-{seed}")))
+    (
+        drafter_config_json(t, d),
+        backbone(t, d, &mut g, &format!("random-dflash-{seed}")),
+    )
 }
 
 /// A random DSpark drafter with its own embedding/head, a rank-`hidden` Markov head and a
@@ -203,27 +306,45 @@ pub fn random_dspark(
     o.insert("mask_token_id".into(), serde_json::json!(d.mask_token_id));
     o.insert("markov_rank".into(), serde_json::json!(h));
     o.insert("enable_confidence_head".into(), serde_json::json!(true));
-    o.insert("confidence_head_with_markov".into(), serde_json::json!(true));
+    o.insert(
+        "confidence_head_with_markov".into(),
+        serde_json::json!(true),
+    );
     let mut src = backbone(t, d, &mut g, &format!("random-dspark-{seed}"));
-    put(&mut src, "embed_tokens.weight", &[v, h], (0..v * h).map(|_| g.normal()).collect());
+    put(
+        &mut src,
+        "embed_tokens.weight",
+        &[v, h],
+        (0..v * h).map(|_| g.normal()).collect(),
+    );
     put(&mut src, "lm_head.weight", &[v, h], g.matrix(v, h, 1.0));
     let (w1, w2) = match align {
         Some(a) => {
-            let e = target.tensors["model.embed_tokens.weight"].to_f32().unwrap();
+            let e = target.tensors["model.embed_tokens.weight"]
+                .to_f32()
+                .unwrap();
             let gn = target.tensors["model.norm.weight"].to_f32().unwrap();
             let mut w1 = Vec::with_capacity(v * h);
             for row in e.chunks_exact(h) {
                 let rms = (row.iter().map(|x| x * x).sum::<f32>() / h as f32 + 1e-6).sqrt();
                 w1.extend(row.iter().zip(&gn).map(|(x, w)| a * x / rms * w));
             }
-            let head = target.tensors.get("lm_head.weight").unwrap_or(&target.tensors["model.embed_tokens.weight"]);
+            let head = target
+                .tensors
+                .get("lm_head.weight")
+                .unwrap_or(&target.tensors["model.embed_tokens.weight"]);
             (w1, head.to_f32().unwrap())
         }
         None => (g.matrix(v, h, 1.0), g.matrix(v, h, 1.0)),
     };
     put(&mut src, "markov_head.markov_w1.weight", &[v, h], w1);
     put(&mut src, "markov_head.markov_w2.weight", &[v, h], w2);
-    put(&mut src, "confidence_head.proj.weight", &[1, 2 * h], g.matrix(1, 2 * h, 1.0));
+    put(
+        &mut src,
+        "confidence_head.proj.weight",
+        &[1, 2 * h],
+        g.matrix(1, 2 * h, 1.0),
+    );
     put(&mut src, "confidence_head.proj.bias", &[1], vec![1.0]);
     (cfg, src)
 }

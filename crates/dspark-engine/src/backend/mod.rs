@@ -152,8 +152,13 @@ pub trait Backend: Clone + Send + 'static {
 
     // ---- shape ----
     fn concat(&self, ts: &[&Self::Tensor], dim: usize) -> BResult<Self::Tensor>;
-    fn narrow(&self, t: &Self::Tensor, dim: usize, start: usize, len: usize)
-        -> BResult<Self::Tensor>;
+    fn narrow(
+        &self,
+        t: &Self::Tensor,
+        dim: usize,
+        start: usize,
+        len: usize,
+    ) -> BResult<Self::Tensor>;
     fn reshape(&self, t: &Self::Tensor, shape: &[usize]) -> BResult<Self::Tensor>;
     fn transpose(&self, t: &Self::Tensor, d1: usize, d2: usize) -> BResult<Self::Tensor>;
     /// `dst` with `src` written at `offset` along `dim`. May update `dst` in place; callers

@@ -42,7 +42,10 @@ pub(crate) fn choose_rows(
             qs.push(q);
         }
     }
-    Proposal { tokens, q: (!sampling.is_greedy()).then_some(qs) }
+    Proposal {
+        tokens,
+        q: (!sampling.is_greedy()).then_some(qs),
+    }
 }
 
 impl<B: Backend> Drafter<B> for DFlash<B> {
@@ -58,7 +61,12 @@ impl<B: Backend> Drafter<B> for DFlash<B> {
         &self.net.cfg.target_layer_ids
     }
 
-    fn prefill(&mut self, _tokens: &[u32], start: usize, taps: Option<&B::Tensor>) -> Result<(), EngineError> {
+    fn prefill(
+        &mut self,
+        _tokens: &[u32],
+        start: usize,
+        taps: Option<&B::Tensor>,
+    ) -> Result<(), EngineError> {
         let taps = taps.ok_or_else(|| EngineError::Invalid("dflash needs target taps".into()))?;
         Ok(self.net.append_context(taps, start)?)
     }
@@ -95,7 +103,12 @@ impl<B: Backend> Drafter<B> for DFlash<B> {
         Ok(choose_rows(&host, target.cfg.vocab_size, sampling, rng))
     }
 
-    fn commit(&mut self, _tokens: &[u32], pos: usize, taps: Option<&B::Tensor>) -> Result<(), EngineError> {
+    fn commit(
+        &mut self,
+        _tokens: &[u32],
+        pos: usize,
+        taps: Option<&B::Tensor>,
+    ) -> Result<(), EngineError> {
         let taps = taps.ok_or_else(|| EngineError::Invalid("dflash needs target taps".into()))?;
         Ok(self.net.append_context(taps, pos)?)
     }
@@ -109,7 +122,10 @@ impl<B: Backend> Drafter<B> for DFlash<B> {
     }
 
     fn take_state(&mut self) -> DrafterState<B> {
-        DrafterState { kv: Some(self.net.take_context()), backlog: Vec::new() }
+        DrafterState {
+            kv: Some(self.net.take_context()),
+            backlog: Vec::new(),
+        }
     }
 
     fn put_state(&mut self, state: DrafterState<B>) {

@@ -22,7 +22,11 @@ pub struct DraftModel<B: Backend> {
 
 impl<B: Backend> DraftModel<B> {
     /// `block`: the most drafts per round. Fails when the vocabularies differ.
-    pub fn new(model: Transformer<B>, target_vocab: usize, block: usize) -> Result<Self, EngineError> {
+    pub fn new(
+        model: Transformer<B>,
+        target_vocab: usize,
+        block: usize,
+    ) -> Result<Self, EngineError> {
         if model.cfg.vocab_size != target_vocab {
             return Err(EngineError::DrafterMismatch(format!(
                 "draft model vocabulary {} != target vocabulary {target_vocab}",
@@ -30,7 +34,12 @@ impl<B: Backend> DraftModel<B> {
             )));
         }
         let cache = model.new_cache();
-        Ok(DraftModel { model, cache, backlog: Vec::new(), block: block.max(1) })
+        Ok(DraftModel {
+            model,
+            cache,
+            backlog: Vec::new(),
+            block: block.max(1),
+        })
     }
 }
 
@@ -43,7 +52,12 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
         self.block
     }
 
-    fn prefill(&mut self, tokens: &[u32], start: usize, _taps: Option<&B::Tensor>) -> Result<(), EngineError> {
+    fn prefill(
+        &mut self,
+        tokens: &[u32],
+        start: usize,
+        _taps: Option<&B::Tensor>,
+    ) -> Result<(), EngineError> {
         self.truncate(start);
         self.backlog.extend_from_slice(tokens);
         Ok(())
@@ -71,7 +85,9 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
         let mut tokens = Vec::with_capacity(max);
         let mut qs = Vec::new();
         for i in 0..max {
-            let out = self.model.forward(&feed, &mut self.cache, &[], LogitsWanted::Last)?;
+            let out = self
+                .model
+                .forward(&feed, &mut self.cache, &[], LogitsWanted::Last)?;
             let row = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
             let d = if sampling.is_greedy() {
                 pick(&row, sampling, rng)
@@ -90,7 +106,12 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
         Ok(Proposal { tokens, q })
     }
 
-    fn commit(&mut self, tokens: &[u32], pos: usize, _taps: Option<&B::Tensor>) -> Result<(), EngineError> {
+    fn commit(
+        &mut self,
+        tokens: &[u32],
+        pos: usize,
+        _taps: Option<&B::Tensor>,
+    ) -> Result<(), EngineError> {
         // the cache holds pending + all but the last draft; accepted ones are a prefix of that
         let end = pos + tokens.len();
         self.cache.truncate(end);
@@ -114,7 +135,10 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
 
     fn take_state(&mut self) -> DrafterState<B> {
         let kv = std::mem::replace(&mut self.cache, self.model.new_cache());
-        DrafterState { kv: Some(kv), backlog: std::mem::take(&mut self.backlog) }
+        DrafterState {
+            kv: Some(kv),
+            backlog: std::mem::take(&mut self.backlog),
+        }
     }
 
     fn put_state(&mut self, state: DrafterState<B>) {

@@ -68,23 +68,42 @@ impl<B: Backend> DSpark<B> {
         } else {
             (None, None)
         };
-        let conf_on = raw.get("enable_confidence_head").and_then(Value::as_bool).unwrap_or(false);
+        let conf_on = raw
+            .get("enable_confidence_head")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         let confidence = if conf_on && src.contains("confidence_head.proj.weight") {
-            let with_markov =
-                raw.get("confidence_head_with_markov").and_then(Value::as_bool).unwrap_or(true) && rank > 0;
+            let with_markov = raw
+                .get("confidence_head_with_markov")
+                .and_then(Value::as_bool)
+                .unwrap_or(true)
+                && rank > 0;
             let width = if with_markov { h + rank } else { h };
             let proj = linear(b, src, "confidence_head.proj.weight", &[1, width])?;
             let bias = if src.contains("confidence_head.proj.bias") {
                 tensor(b, src, "confidence_head.proj.bias", &[1])?
             } else {
-                b.zeros(&[1]).map_err(|e| load_err(src, "confidence_head.proj.bias", e))?
+                b.zeros(&[1])
+                    .map_err(|e| load_err(src, "confidence_head.proj.bias", e))?
             };
-            Some(Confidence { proj, bias, with_markov })
+            Some(Confidence {
+                proj,
+                bias,
+                with_markov,
+            })
         } else {
             None
         };
-        let net = KvInjectionNet::load(b, src, cfg, target.cfg.hidden_size).map_err(|e: LoadError| e)?;
-        Ok(DSpark { net, embed, lm_head, markov_w1, markov_w2, confidence })
+        let net =
+            KvInjectionNet::load(b, src, cfg, target.cfg.hidden_size).map_err(|e: LoadError| e)?;
+        Ok(DSpark {
+            net,
+            embed,
+            lm_head,
+            markov_w1,
+            markov_w2,
+            confidence,
+        })
     }
 
     /// `w2(w1[prev])`, the Markov bias for the row after `prev`.
@@ -99,8 +118,15 @@ impl<B: Backend> DSpark<B> {
     }
 
     /// Confidence of each kept row given its previous token.
-    fn confidences(&self, b: &B, hidden: &B::Tensor, prevs: &[u32]) -> Result<Option<Vec<f32>>, EngineError> {
-        let Some(c) = &self.confidence else { return Ok(None) };
+    fn confidences(
+        &self,
+        b: &B,
+        hidden: &B::Tensor,
+        prevs: &[u32],
+    ) -> Result<Option<Vec<f32>>, EngineError> {
+        let Some(c) = &self.confidence else {
+            return Ok(None);
+        };
         let n = prevs.len();
         let h = b.reshape(hidden, &[n, self.net.cfg.hidden_size])?;
         let input = match (&self.markov_w1, c.with_markov) {
@@ -128,7 +154,12 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
         &self.net.cfg.target_layer_ids
     }
 
-    fn prefill(&mut self, _tokens: &[u32], start: usize, taps: Option<&B::Tensor>) -> Result<(), EngineError> {
+    fn prefill(
+        &mut self,
+        _tokens: &[u32],
+        start: usize,
+        taps: Option<&B::Tensor>,
+    ) -> Result<(), EngineError> {
         let taps = taps.ok_or_else(|| EngineError::Invalid("dspark needs target taps".into()))?;
         Ok(self.net.append_context(taps, start)?)
     }
@@ -211,10 +242,18 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
                 qs.truncate(keep);
             }
         }
-        Ok(Proposal { tokens, q: (!sampling.is_greedy()).then_some(qs) })
+        Ok(Proposal {
+            tokens,
+            q: (!sampling.is_greedy()).then_some(qs),
+        })
     }
 
-    fn commit(&mut self, _tokens: &[u32], pos: usize, taps: Option<&B::Tensor>) -> Result<(), EngineError> {
+    fn commit(
+        &mut self,
+        _tokens: &[u32],
+        pos: usize,
+        taps: Option<&B::Tensor>,
+    ) -> Result<(), EngineError> {
         let taps = taps.ok_or_else(|| EngineError::Invalid("dspark needs target taps".into()))?;
         Ok(self.net.append_context(taps, pos)?)
     }
@@ -228,7 +267,10 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
     }
 
     fn take_state(&mut self) -> DrafterState<B> {
-        DrafterState { kv: Some(self.net.take_context()), backlog: Vec::new() }
+        DrafterState {
+            kv: Some(self.net.take_context()),
+            backlog: Vec::new(),
+        }
     }
 
     fn put_state(&mut self, state: DrafterState<B>) {

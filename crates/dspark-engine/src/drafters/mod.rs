@@ -15,25 +15,44 @@ use crate::weights::safetensors::SafetensorsSource;
 use crate::weights::{LoadError, WeightSource};
 
 /// Checks that a KV-injection drafter's config fits `target`; the error names the mismatch.
-pub fn check_fit<B: Backend>(cfg: &DrafterConfig, target: &Transformer<B>, shares_embedding: bool) -> Result<(), EngineError> {
+pub fn check_fit<B: Backend>(
+    cfg: &DrafterConfig,
+    target: &Transformer<B>,
+    shares_embedding: bool,
+) -> Result<(), EngineError> {
     let t = &target.cfg;
     let bad = |m: String| Err(EngineError::DrafterMismatch(m));
     if cfg.vocab_size != t.vocab_size {
-        return bad(format!("drafter vocab_size {} != target vocab_size {}", cfg.vocab_size, t.vocab_size));
+        return bad(format!(
+            "drafter vocab_size {} != target vocab_size {}",
+            cfg.vocab_size, t.vocab_size
+        ));
     }
     if shares_embedding && cfg.hidden_size != t.hidden_size {
-        return bad(format!("drafter hidden_size {} != target hidden_size {}", cfg.hidden_size, t.hidden_size));
+        return bad(format!(
+            "drafter hidden_size {} != target hidden_size {}",
+            cfg.hidden_size, t.hidden_size
+        ));
     }
     if let Some(&l) = cfg.target_layer_ids.iter().find(|&&l| l >= t.num_layers) {
-        return bad(format!("drafter taps target layer {l}, but the target has {} layers", t.num_layers));
+        return bad(format!(
+            "drafter taps target layer {l}, but the target has {} layers",
+            t.num_layers
+        ));
     }
     if let Some(n) = cfg.num_target_layers {
         if n != t.num_layers {
-            return bad(format!("drafter was trained for {n} target layers, the target has {}", t.num_layers));
+            return bad(format!(
+                "drafter was trained for {n} target layers, the target has {}",
+                t.num_layers
+            ));
         }
     }
     if cfg.mask_token_id as usize >= t.vocab_size {
-        return bad(format!("mask_token_id {} is outside the vocabulary of {}", cfg.mask_token_id, t.vocab_size));
+        return bad(format!(
+            "mask_token_id {} is outside the vocabulary of {}",
+            cfg.mask_token_id, t.vocab_size
+        ));
     }
     Ok(())
 }
@@ -46,7 +65,11 @@ pub fn read_config(dir: &Path) -> Result<serde_json::Value, LoadError> {
 }
 
 /// Loads a DFlash drafter directory for `target`.
-pub fn load_dflash<B: Backend>(b: &B, dir: &Path, target: &Transformer<B>) -> Result<dflash::DFlash<B>, EngineError> {
+pub fn load_dflash<B: Backend>(
+    b: &B,
+    dir: &Path,
+    target: &Transformer<B>,
+) -> Result<dflash::DFlash<B>, EngineError> {
     let v = read_config(dir)?;
     let src = SafetensorsSource::open_dir(dir, None)?;
     dflash_from_parts(b, &v, &src, target)
@@ -60,7 +83,11 @@ pub fn dflash_from_parts<B: Backend>(
     target: &Transformer<B>,
 ) -> Result<dflash::DFlash<B>, EngineError> {
     let path = src.path().join("config.json");
-    if v.get("markov_rank").and_then(serde_json::Value::as_u64).unwrap_or(0) > 0 {
+    if v.get("markov_rank")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0)
+        > 0
+    {
         return Err(EngineError::DrafterMismatch(format!(
             "{} has a Markov head: it is a DSpark drafter, not DFlash",
             src.path().display()
@@ -73,7 +100,11 @@ pub fn dflash_from_parts<B: Backend>(
 }
 
 /// Loads a DSpark drafter directory for `target`.
-pub fn load_dspark<B: Backend>(b: &B, dir: &Path, target: &Transformer<B>) -> Result<dspark::DSpark<B>, EngineError> {
+pub fn load_dspark<B: Backend>(
+    b: &B,
+    dir: &Path,
+    target: &Transformer<B>,
+) -> Result<dspark::DSpark<B>, EngineError> {
     let v = read_config(dir)?;
     let src = SafetensorsSource::open_dir(dir, None)?;
     dspark_from_parts(b, &v, &src, target)

@@ -21,12 +21,20 @@ pub fn generate<B: Backend>(
     sink: &mut dyn TokenSink,
 ) -> Result<GenResult, EngineError> {
     let b = model.backend();
-    check_context(prompt.len(), params.max_new_tokens, model.cfg.max_position_embeddings)?;
+    check_context(
+        prompt.len(),
+        params.max_new_tokens,
+        model.cfg.max_position_embeddings,
+    )?;
     if cache.len() >= prompt.len() {
         cache.truncate(prompt.len().saturating_sub(1));
     }
     let cached = cache.len();
-    let mut stats = GenStats { prompt_tokens: prompt.len(), cached_tokens: cached, ..Default::default() };
+    let mut stats = GenStats {
+        prompt_tokens: prompt.len(),
+        cached_tokens: cached,
+        ..Default::default()
+    };
     let mut rng = rng_for(params.sampling.seed);
     let mut tokens = Vec::new();
     let mut budget = Budget::new(params.max_new_tokens, &params.eos);
@@ -67,7 +75,12 @@ pub fn generate<B: Backend>(
         }
     };
     stats.decode_secs = t1.elapsed().as_secs_f64();
-    Ok(GenResult { tokens, text: String::new(), finish_reason: finish, stats })
+    Ok(GenResult {
+        tokens,
+        text: String::new(),
+        finish_reason: finish,
+        stats,
+    })
 }
 
 /// Rejects requests that cannot fit the model's context.
@@ -76,7 +89,11 @@ pub fn check_context(prompt: usize, max_new: usize, max: usize) -> Result<(), En
         return Err(EngineError::Invalid("the prompt is empty".into()));
     }
     if prompt + max_new > max {
-        return Err(EngineError::ContextOverflow { prompt, max_new, max });
+        return Err(EngineError::ContextOverflow {
+            prompt,
+            max_new,
+            max,
+        });
     }
     Ok(())
 }

@@ -97,7 +97,11 @@ impl GenResult {
     /// End-to-end tokens per second (prefill included).
     pub fn tokens_per_sec(&self) -> f64 {
         let s = self.stats.prefill_secs + self.stats.decode_secs;
-        if s > 0.0 { self.tokens.len() as f64 / s } else { 0.0 }
+        if s > 0.0 {
+            self.tokens.len() as f64 / s
+        } else {
+            0.0
+        }
     }
     /// Decode-phase tokens per second.
     pub fn decode_tokens_per_sec(&self) -> f64 {
@@ -110,6 +114,10 @@ impl GenResult {
     /// Prompt tokens prefilled per second.
     pub fn prefill_tokens_per_sec(&self) -> f64 {
         let n = self.stats.prompt_tokens - self.stats.cached_tokens;
-        if self.stats.prefill_secs > 0.0 { n as f64 / self.stats.prefill_secs } else { 0.0 }
+        if self.stats.prefill_secs > 0.0 {
+            n as f64 / self.stats.prefill_secs
+        } else {
+            0.0
+        }
     }
 }

@@ -11,7 +11,11 @@ pub struct Budget<'a> {
 
 impl<'a> Budget<'a> {
     pub fn new(max_new: usize, eos: &'a [u32]) -> Self {
-        Budget { max_new, eos, produced: 0 }
+        Budget {
+            max_new,
+            eos,
+            produced: 0,
+        }
     }
 
     pub fn produced(&self) -> usize {

@@ -84,12 +84,19 @@ impl TransformerConfig {
             "qwen3" => Arch::Qwen3,
             "qwen2" => Arch::Qwen2,
             "llama" | "mistral" => Arch::Llama,
-            _ => return Err(LoadError::UnknownArch { path: path.to_path_buf(), arch: mt }),
+            _ => {
+                return Err(LoadError::UnknownArch {
+                    path: path.to_path_buf(),
+                    arch: mt,
+                })
+            }
         };
         let hidden_size = f.usize("hidden_size")?;
         let num_heads = f.usize("num_attention_heads")?;
         let num_kv_heads = f.opt_usize("num_key_value_heads")?.unwrap_or(num_heads);
-        let head_dim = f.opt_usize("head_dim")?.unwrap_or(hidden_size / num_heads.max(1));
+        let head_dim = f
+            .opt_usize("head_dim")?
+            .unwrap_or(hidden_size / num_heads.max(1));
         let rope_theta = match f.opt_f64("rope_theta")? {
             Some(t) => t,
             None => v
@@ -101,7 +108,10 @@ impl TransformerConfig {
                     _ => 1_000_000.0,
                 }),
         };
-        let quantization = match v.get("quantization").or_else(|| v.get("quantization_config")) {
+        let quantization = match v
+            .get("quantization")
+            .or_else(|| v.get("quantization_config"))
+        {
             Some(q) if q.get("bits").is_some() => Some(MlxQuantConfig {
                 bits: q["bits"].as_u64().unwrap_or(4) as usize,
                 group_size: q.get("group_size").and_then(Value::as_u64).unwrap_or(64) as usize,
@@ -126,10 +136,14 @@ impl TransformerConfig {
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
             qk_norm: arch == Arch::Qwen3,
-            qkv_bias: arch == Arch::Qwen2 || v.get("attention_bias").and_then(Value::as_bool) == Some(true),
+            qkv_bias: arch == Arch::Qwen2
+                || v.get("attention_bias").and_then(Value::as_bool) == Some(true),
             quantization,
             eos_token_ids: ids_field(v.get("eos_token_id")),
-            bos_token_id: v.get("bos_token_id").and_then(Value::as_u64).map(|x| x as u32),
+            bos_token_id: v
+                .get("bos_token_id")
+                .and_then(Value::as_u64)
+                .map(|x| x as u32),
         };
         cfg.validate(path)?;
         Ok(cfg)
@@ -137,20 +151,28 @@ impl TransformerConfig {
 
     pub fn from_gguf(src: &GgufSource) -> Result<Self, LoadError> {
         let path = src.path();
-        let arch_name = meta_string(src, "general.architecture").ok_or_else(|| {
-            LoadError::MissingField { path: path.to_path_buf(), field: "general.architecture".into() }
-        })?;
+        let arch_name =
+            meta_string(src, "general.architecture").ok_or_else(|| LoadError::MissingField {
+                path: path.to_path_buf(),
+                field: "general.architecture".into(),
+            })?;
         let (arch, style) = match arch_name.as_str() {
             "llama" => (Arch::Llama, RopeStyle::Interleaved),
             "qwen2" => (Arch::Qwen2, RopeStyle::Half),
             "qwen3" => (Arch::Qwen3, RopeStyle::Half),
-            _ => return Err(LoadError::UnknownArch { path: path.to_path_buf(), arch: arch_name }),
+            _ => {
+                return Err(LoadError::UnknownArch {
+                    path: path.to_path_buf(),
+                    arch: arch_name,
+                })
+            }
         };
         let k = |s: &str| format!("{arch_name}.{s}");
         let hidden_size = meta_u32(src, &k("embedding_length"))? as usize;
         let num_heads = meta_u32(src, &k("attention.head_count"))? as usize;
-        let num_kv_heads =
-            meta_u32(src, &k("attention.head_count_kv")).map(|x| x as usize).unwrap_or(num_heads);
+        let num_kv_heads = meta_u32(src, &k("attention.head_count_kv"))
+            .map(|x| x as usize)
+            .unwrap_or(num_heads);
         let head_dim = meta_u32(src, &k("attention.key_length"))
             .map(|x| x as usize)
             .unwrap_or(hidden_size / num_heads.max(1));
@@ -184,7 +206,10 @@ impl TransformerConfig {
             qk_norm: arch == Arch::Qwen3,
             qkv_bias: src.contains("model.layers.0.self_attn.q_proj.bias"),
             quantization: None,
-            eos_token_ids: meta_u32(src, "tokenizer.ggml.eos_token_id").ok().into_iter().collect(),
+            eos_token_ids: meta_u32(src, "tokenizer.ggml.eos_token_id")
+                .ok()
+                .into_iter()
+                .collect(),
             bos_token_id: meta_u32(src, "tokenizer.ggml.bos_token_id").ok(),
         };
         cfg.validate(path)?;
@@ -213,14 +238,23 @@ impl TransformerConfig {
         if self.num_heads % self.num_kv_heads != 0 {
             return Err(bad(
                 "num_key_value_heads",
-                format!("{} does not divide num_attention_heads {}", self.num_kv_heads, self.num_heads),
+                format!(
+                    "{} does not divide num_attention_heads {}",
+                    self.num_kv_heads, self.num_heads
+                ),
             ));
         }
         if self.head_dim % 2 != 0 {
-            return Err(bad("head_dim", format!("{} is odd; RoPE needs an even size", self.head_dim)));
+            return Err(bad(
+                "head_dim",
+                format!("{} is odd; RoPE needs an even size", self.head_dim),
+            ));
         }
         if !(self.rope_theta > 0.0) {
-            return Err(bad("rope_theta", format!("{} is not positive", self.rope_theta)));
+            return Err(bad(
+                "rope_theta",
+                format!("{} is not positive", self.rope_theta),
+            ));
         }
         Ok(())
     }
@@ -230,7 +264,11 @@ impl TransformerConfig {
 pub fn ids_field(v: Option<&Value>) -> Vec<u32> {
     match v {
         Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
-        Some(Value::Array(a)) => a.iter().filter_map(Value::as_u64).map(|x| x as u32).collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(Value::as_u64)
+            .map(|x| x as u32)
+            .collect(),
         _ => vec![],
     }
 }
@@ -243,7 +281,10 @@ pub struct Fields<'a> {
 
 impl Fields<'_> {
     fn missing(&self, field: &str) -> LoadError {
-        LoadError::MissingField { path: self.path.to_path_buf(), field: field.to_string() }
+        LoadError::MissingField {
+            path: self.path.to_path_buf(),
+            field: field.to_string(),
+        }
     }
     fn invalid(&self, field: &str, message: &str) -> LoadError {
         LoadError::InvalidField {
@@ -274,7 +315,10 @@ impl Fields<'_> {
     pub fn opt_f64(&self, field: &str) -> Result<Option<f64>, LoadError> {
         match self.v.get(field) {
             None | Some(Value::Null) => Ok(None),
-            Some(x) => x.as_f64().map(Some).ok_or_else(|| self.invalid(field, "expected a number")),
+            Some(x) => x
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| self.invalid(field, "expected a number")),
         }
     }
     pub fn f64(&self, field: &str) -> Result<f64, LoadError> {

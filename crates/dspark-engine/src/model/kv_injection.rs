@@ -44,9 +44,12 @@ impl DrafterConfig {
         let hidden_size = f.usize("hidden_size")?;
         let num_heads = f.usize("num_attention_heads")?;
         let num_layers = f.usize("num_hidden_layers")?;
-        let taps = pick("target_layer_ids").and_then(Value::as_array).ok_or_else(|| {
-            LoadError::MissingField { path: path.to_path_buf(), field: "target_layer_ids".into() }
-        })?;
+        let taps = pick("target_layer_ids")
+            .and_then(Value::as_array)
+            .ok_or_else(|| LoadError::MissingField {
+                path: path.to_path_buf(),
+                field: "target_layer_ids".into(),
+            })?;
         let target_layer_ids = taps
             .iter()
             .map(|x| x.as_u64().map(|n| n as usize))
@@ -56,9 +59,13 @@ impl DrafterConfig {
                 field: "target_layer_ids".into(),
                 message: "expected a list of layer indices".into(),
             })?;
-        let block_size = pick("block_size").and_then(Value::as_u64).ok_or_else(|| {
-            LoadError::MissingField { path: path.to_path_buf(), field: "block_size".into() }
-        })? as usize;
+        let block_size =
+            pick("block_size")
+                .and_then(Value::as_u64)
+                .ok_or_else(|| LoadError::MissingField {
+                    path: path.to_path_buf(),
+                    field: "block_size".into(),
+                })? as usize;
         let mask_token_id = pick("mask_token_id").and_then(Value::as_u64).unwrap_or(0) as u32;
         let rope_theta = f.opt_f64("rope_theta")?.unwrap_or_else(|| {
             v.get("rope_parameters")
@@ -69,7 +76,10 @@ impl DrafterConfig {
         let window = f.opt_usize("sliding_window")?;
         let sliding = (0..num_layers)
             .map(|i| {
-                let t = v.get("layer_types").and_then(|l| l.get(i)).and_then(Value::as_str);
+                let t = v
+                    .get("layer_types")
+                    .and_then(|l| l.get(i))
+                    .and_then(Value::as_str);
                 match (t, window) {
                     (Some("sliding_attention"), Some(w)) => Some(w),
                     _ => None,
@@ -82,7 +92,9 @@ impl DrafterConfig {
             num_layers,
             num_heads,
             num_kv_heads: f.opt_usize("num_key_value_heads")?.unwrap_or(num_heads),
-            head_dim: f.opt_usize("head_dim")?.unwrap_or(hidden_size / num_heads.max(1)),
+            head_dim: f
+                .opt_usize("head_dim")?
+                .unwrap_or(hidden_size / num_heads.max(1)),
             vocab_size: f.usize("vocab_size")?,
             rms_norm_eps: f.opt_f64("rms_norm_eps")?.unwrap_or(1e-6) as f32,
             rope_theta,
@@ -138,7 +150,12 @@ pub struct KvInjectionNet<B: Backend> {
 
 impl<B: Backend> KvInjectionNet<B> {
     /// `target_hidden`: the target's hidden size (the fused input is `taps * target_hidden`).
-    pub fn load(b: &B, src: &dyn WeightSource, cfg: DrafterConfig, target_hidden: usize) -> Result<Self, LoadError> {
+    pub fn load(
+        b: &B,
+        src: &dyn WeightSource,
+        cfg: DrafterConfig,
+        target_hidden: usize,
+    ) -> Result<Self, LoadError> {
         let h = cfg.hidden_size;
         let fused = cfg.target_layer_ids.len() * target_hidden;
         let fc = linear(b, src, "fc.weight", &[h, fused])?;
@@ -153,7 +170,16 @@ impl<B: Backend> KvInjectionNet<B> {
             .rope_prepare(&spec, cfg.max_positions)
             .map_err(|e| crate::model::layer::load_err(src, "rope", e))?;
         let ctx = KvCache::new(cfg.num_layers, cfg.max_positions);
-        Ok(KvInjectionNet { cfg, backend: b.clone(), fc, hidden_norm, layers, norm, rope, ctx })
+        Ok(KvInjectionNet {
+            cfg,
+            backend: b.clone(),
+            fc,
+            hidden_norm,
+            layers,
+            norm,
+            rope,
+            ctx,
+        })
     }
 
     /// Context positions held.
@@ -167,7 +193,10 @@ impl<B: Backend> KvInjectionNet<B> {
 
     /// Moves the context cache out, leaving an empty one.
     pub fn take_context(&mut self) -> KvCache<B> {
-        std::mem::replace(&mut self.ctx, KvCache::new(self.cfg.num_layers, self.cfg.max_positions))
+        std::mem::replace(
+            &mut self.ctx,
+            KvCache::new(self.cfg.num_layers, self.cfg.max_positions),
+        )
     }
 
     /// Installs a context cache (from [`KvInjectionNet::take_context`]); `None` empties it.
@@ -183,7 +212,11 @@ impl<B: Backend> KvInjectionNet<B> {
         let dims = b.dims(fused);
         let n = dims[0];
         let x = b.reshape(fused, &[1, n, dims[1]])?;
-        let c = b.rms_norm(&b.matmul(&x, &self.fc)?, &self.hidden_norm, self.cfg.rms_norm_eps)?;
+        let c = b.rms_norm(
+            &b.matmul(&x, &self.fc)?,
+            &self.hidden_norm,
+            self.cfg.rms_norm_eps,
+        )?;
         for (i, layer) in self.layers.iter().enumerate() {
             let (k, v) = layer.keys_values(b, &c, &self.rope, pos)?;
             self.ctx.append(b, i, &k, &v)?;
@@ -207,7 +240,10 @@ impl<B: Backend> KvInjectionNet<B> {
                 None => (bk, bv),
             };
             let mask = match self.cfg.sliding[i] {
-                Some(window) => AttnMask::SlidingCausal { offset: pos, window },
+                Some(window) => AttnMask::SlidingCausal {
+                    offset: pos,
+                    window,
+                },
                 None => AttnMask::None,
             };
             let a = layer.attend(b, &q, &k, &v, mask)?;

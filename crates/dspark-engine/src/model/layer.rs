@@ -35,27 +35,54 @@ pub struct DecoderLayer<B: Backend> {
     post_norm: B::Tensor,
 }
 
-pub(crate) fn load_err(src: &dyn WeightSource, name: &str, e: crate::backend::BackendError) -> LoadError {
-    LoadError::Backend { path: src.path().to_path_buf(), name: name.to_string(), message: e.message }
+pub(crate) fn load_err(
+    src: &dyn WeightSource,
+    name: &str,
+    e: crate::backend::BackendError,
+) -> LoadError {
+    LoadError::Backend {
+        path: src.path().to_path_buf(),
+        name: name.to_string(),
+        message: e.message,
+    }
 }
 
-pub(crate) fn linear<B: Backend>(b: &B, src: &dyn WeightSource, name: &str, shape: &[usize]) -> Result<B::Linear, LoadError> {
+pub(crate) fn linear<B: Backend>(
+    b: &B,
+    src: &dyn WeightSource,
+    name: &str,
+    shape: &[usize],
+) -> Result<B::Linear, LoadError> {
     let h = src.get_shaped(name, shape)?;
     b.linear(&h).map_err(|e| load_err(src, name, e))
 }
 
-pub(crate) fn tensor<B: Backend>(b: &B, src: &dyn WeightSource, name: &str, shape: &[usize]) -> Result<B::Tensor, LoadError> {
+pub(crate) fn tensor<B: Backend>(
+    b: &B,
+    src: &dyn WeightSource,
+    name: &str,
+    shape: &[usize],
+) -> Result<B::Tensor, LoadError> {
     let h = src.get_shaped(name, shape)?;
     b.tensor(&h).map_err(|e| load_err(src, name, e))
 }
 
 impl<B: Backend> DecoderLayer<B> {
     /// Loads `{prefix}.self_attn.*`, `{prefix}.mlp.*` and the two norms.
-    pub fn load(b: &B, src: &dyn WeightSource, prefix: &str, s: LayerShape) -> Result<Self, LoadError> {
+    pub fn load(
+        b: &B,
+        src: &dyn WeightSource,
+        prefix: &str,
+        s: LayerShape,
+    ) -> Result<Self, LoadError> {
         let (h, qd, kd) = (s.hidden, s.heads * s.head_dim, s.kv_heads * s.head_dim);
         let n = |x: &str| format!("{prefix}.{x}");
         let opt = |name: String, len: usize, on: bool| -> Result<Option<B::Tensor>, LoadError> {
-            if on { tensor(b, src, &name, &[len]).map(Some) } else { Ok(None) }
+            if on {
+                tensor(b, src, &name, &[len]).map(Some)
+            } else {
+                Ok(None)
+            }
         };
         Ok(DecoderLayer {
             shape: s,
@@ -80,7 +107,15 @@ impl<B: Backend> DecoderLayer<B> {
         b.rms_norm(x, &self.input_norm, self.shape.eps)
     }
 
-    fn heads(&self, b: &B, x: &B::Tensor, w: &B::Linear, bias: &Option<B::Tensor>, n_heads: usize, norm: &Option<B::Tensor>) -> BResult<B::Tensor> {
+    fn heads(
+        &self,
+        b: &B,
+        x: &B::Tensor,
+        w: &B::Linear,
+        bias: &Option<B::Tensor>,
+        n_heads: usize,
+        norm: &Option<B::Tensor>,
+    ) -> BResult<B::Tensor> {
         let dims = b.dims(x);
         let (bs, l) = (dims[0], dims[1]);
         let mut y = b.matmul(x, w)?;
@@ -96,21 +131,47 @@ impl<B: Backend> DecoderLayer<B> {
     }
 
     /// Queries of normed input `xn [1, L, H]`, `[1, hq, L, d]`, roped at `start..`.
-    pub fn queries(&self, b: &B, xn: &B::Tensor, rope: &B::Rope, start: usize) -> BResult<B::Tensor> {
+    pub fn queries(
+        &self,
+        b: &B,
+        xn: &B::Tensor,
+        rope: &B::Rope,
+        start: usize,
+    ) -> BResult<B::Tensor> {
         let q = self.heads(b, xn, &self.q, &self.q_bias, self.shape.heads, &self.q_norm)?;
         b.rope(&q, rope, start)
     }
 
     /// Keys (normed and roped at `start..`) and values of `xn [1, L, H]`.
-    pub fn keys_values(&self, b: &B, xn: &B::Tensor, rope: &B::Rope, start: usize) -> BResult<(B::Tensor, B::Tensor)> {
-        let k = self.heads(b, xn, &self.k, &self.k_bias, self.shape.kv_heads, &self.k_norm)?;
+    pub fn keys_values(
+        &self,
+        b: &B,
+        xn: &B::Tensor,
+        rope: &B::Rope,
+        start: usize,
+    ) -> BResult<(B::Tensor, B::Tensor)> {
+        let k = self.heads(
+            b,
+            xn,
+            &self.k,
+            &self.k_bias,
+            self.shape.kv_heads,
+            &self.k_norm,
+        )?;
         let k = b.rope(&k, rope, start)?;
         let v = self.heads(b, xn, &self.v, &self.v_bias, self.shape.kv_heads, &None)?;
         Ok((k, v))
     }
 
     /// Attention over given keys/values, projected back: `[1, L, H]`.
-    pub fn attend(&self, b: &B, q: &B::Tensor, k: &B::Tensor, v: &B::Tensor, mask: AttnMask) -> BResult<B::Tensor> {
+    pub fn attend(
+        &self,
+        b: &B,
+        q: &B::Tensor,
+        k: &B::Tensor,
+        v: &B::Tensor,
+        mask: AttnMask,
+    ) -> BResult<B::Tensor> {
         let scale = 1.0 / (self.shape.head_dim as f32).sqrt();
         let o = b.attention(q, k, v, mask, scale)?;
         let dims = b.dims(&o);

@@ -23,17 +23,25 @@ pub struct Checkpoint {
 /// Opens a model directory (config.json + *.safetensors) or a `.gguf` file.
 pub fn open_checkpoint(path: &Path) -> Result<Checkpoint, LoadError> {
     if path.is_file() {
-        if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+        {
             let src = GgufSource::open(path)?;
             let cfg = TransformerConfig::from_gguf(&src)?;
             let gguf_tokenizer = if src.meta("tokenizer.ggml.tokens").is_some() {
-                Some(crate::tokenizer::gguf_tokenizer_meta(src.content()).map_err(|e| {
-                    LoadError::parse(path, format!("tokenizer metadata: {e}"))
-                })?)
+                Some(
+                    crate::tokenizer::gguf_tokenizer_meta(src.content())
+                        .map_err(|e| LoadError::parse(path, format!("tokenizer metadata: {e}")))?,
+                )
             } else {
                 None
             };
-            return Ok(Checkpoint { cfg, source: Box::new(src), gguf_tokenizer });
+            return Ok(Checkpoint {
+                cfg,
+                source: Box::new(src),
+                gguf_tokenizer,
+            });
         }
         return Err(LoadError::NotFound {
             path: path.to_path_buf(),
@@ -52,7 +60,10 @@ pub fn open_checkpoint(path: &Path) -> Result<Checkpoint, LoadError> {
         let ggufs: Vec<_> = std::fs::read_dir(path)
             .map_err(|e| LoadError::io(path, e))?
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")))
+            .filter(|p| {
+                p.extension()
+                    .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+            })
             .collect();
         if ggufs.len() == 1 {
             return open_checkpoint(&ggufs[0]);
@@ -64,5 +75,9 @@ pub fn open_checkpoint(path: &Path) -> Result<Checkpoint, LoadError> {
     }
     let cfg = TransformerConfig::from_json_file(&cfg_path)?;
     let src = SafetensorsSource::open_dir(path, cfg.quantization)?;
-    Ok(Checkpoint { cfg, source: Box::new(src), gguf_tokenizer: None })
+    Ok(Checkpoint {
+        cfg,
+        source: Box::new(src),
+        gguf_tokenizer: None,
+    })
 }

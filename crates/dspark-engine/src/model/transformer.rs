@@ -37,7 +37,11 @@ pub struct Transformer<B: Backend> {
 }
 
 impl<B: Backend> Transformer<B> {
-    pub fn load(backend: &B, cfg: TransformerConfig, src: &dyn WeightSource) -> Result<Self, LoadError> {
+    pub fn load(
+        backend: &B,
+        cfg: TransformerConfig,
+        src: &dyn WeightSource,
+    ) -> Result<Self, LoadError> {
         let b = backend;
         let (v, h) = (cfg.vocab_size, cfg.hidden_size);
         let embed_host = src.get_shaped("model.embed_tokens.weight", &[v, h])?;
@@ -67,7 +71,15 @@ impl<B: Backend> Transformer<B> {
         let rope = b
             .rope_prepare(&cfg.rope_spec(), cfg.max_position_embeddings)
             .map_err(|e| crate::model::layer::load_err(src, "rope", e))?;
-        Ok(Transformer { cfg, backend: b.clone(), embed, layers, norm, lm_head, rope })
+        Ok(Transformer {
+            cfg,
+            backend: b.clone(),
+            embed,
+            layers,
+            norm,
+            lm_head,
+            rope,
+        })
     }
 
     pub fn backend(&self) -> &B {
@@ -131,7 +143,10 @@ impl<B: Backend> Transformer<B> {
                 _ => b.concat(&v.iter().collect::<Vec<_>>(), 0).map(Some),
             }
         };
-        Ok(ForwardOut { logits: cat(logits)?, taps: cat(tapped)? })
+        Ok(ForwardOut {
+            logits: cat(logits)?,
+            taps: cat(tapped)?,
+        })
     }
 
     fn forward_chunk(
@@ -188,6 +203,9 @@ impl<B: Backend> Transformer<B> {
                 Some(b.reshape(&lg, &[1, self.cfg.vocab_size])?)
             }
         };
-        Ok(ForwardOut { logits, taps: taps_out })
+        Ok(ForwardOut {
+            logits,
+            taps: taps_out,
+        })
     }
 }

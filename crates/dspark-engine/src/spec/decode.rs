@@ -30,13 +30,24 @@ pub fn generate<B: Backend>(
     let b = target.backend();
     // verification may feed a whole block past the last emitted token
     let slack = drafter.block_len() + 1;
-    check_context(prompt.len(), params.max_new_tokens + slack, target.cfg.max_position_embeddings)?;
-    let reuse = cache.len().min(drafter.len()).min(prompt.len().saturating_sub(1));
+    check_context(
+        prompt.len(),
+        params.max_new_tokens + slack,
+        target.cfg.max_position_embeddings,
+    )?;
+    let reuse = cache
+        .len()
+        .min(drafter.len())
+        .min(prompt.len().saturating_sub(1));
     cache.truncate(reuse);
     drafter.truncate(reuse);
 
     let taps = drafter.taps().to_vec();
-    let mut stats = GenStats { prompt_tokens: prompt.len(), cached_tokens: reuse, ..Default::default() };
+    let mut stats = GenStats {
+        prompt_tokens: prompt.len(),
+        cached_tokens: reuse,
+        ..Default::default()
+    };
     let mut rng = rng_for(params.sampling.seed);
     let mut budget = Budget::new(params.max_new_tokens, &params.eos);
     let mut tokens = Vec::new();
@@ -78,7 +89,8 @@ pub fn generate<B: Backend>(
             let pos = cache.len();
             let td = Instant::now();
             let max = spec.max_draft.clamp(1, drafter.block_len());
-            let proposal = drafter.propose(target, pending, pos, max, spec, &params.sampling, &mut rng)?;
+            let proposal =
+                drafter.propose(target, pending, pos, max, spec, &params.sampling, &mut rng)?;
             stats.draft_secs += td.elapsed().as_secs_f64();
             let drafts = proposal.tokens;
 
@@ -96,9 +108,15 @@ pub fn generate<B: Backend>(
                 let am: Vec<u32> = rows.iter().map(|r| argmax(r)).collect();
                 verify_greedy(&am, &drafts)
             } else {
-                let p: Vec<Vec<f32>> = rows.iter().map(|r| distribution(r, &params.sampling)).collect();
+                let p: Vec<Vec<f32>> = rows
+                    .iter()
+                    .map(|r| distribution(r, &params.sampling))
+                    .collect();
                 let q = proposal.q.as_ref().ok_or_else(|| {
-                    EngineError::Invalid(format!("{} drafter gave no draft distribution", drafter.name()))
+                    EngineError::Invalid(format!(
+                        "{} drafter gave no draft distribution",
+                        drafter.name()
+                    ))
                 })?;
                 verify_sampled(&p, q, &drafts, &mut rng)
             };
@@ -117,5 +135,10 @@ pub fn generate<B: Backend>(
         }
     };
     stats.decode_secs = t1.elapsed().as_secs_f64();
-    Ok(GenResult { tokens, text: String::new(), finish_reason: finish, stats })
+    Ok(GenResult {
+        tokens,
+        text: String::new(),
+        finish_reason: finish,
+        stats,
+    })
 }

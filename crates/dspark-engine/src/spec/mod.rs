@@ -73,7 +73,10 @@ pub struct DrafterState<B: Backend> {
 
 impl<B: Backend> DrafterState<B> {
     pub fn empty() -> Self {
-        DrafterState { kv: None, backlog: Vec::new() }
+        DrafterState {
+            kv: None,
+            backlog: Vec::new(),
+        }
     }
     /// Committed positions this state covers.
     pub fn len(&self) -> usize {
@@ -107,7 +110,12 @@ pub trait Drafter<B: Backend> {
         &[]
     }
     /// The target prefilled `tokens` at positions `start..`; `taps` holds their fused rows.
-    fn prefill(&mut self, tokens: &[u32], start: usize, taps: Option<&B::Tensor>) -> Result<(), EngineError>;
+    fn prefill(
+        &mut self,
+        tokens: &[u32],
+        start: usize,
+        taps: Option<&B::Tensor>,
+    ) -> Result<(), EngineError>;
     /// Drafts up to `max` tokens following `pending`, which sits at position `pos`. Drafters
     /// that share the target's embedding or LM head read them from `target`.
     fn propose(
@@ -122,7 +130,12 @@ pub trait Drafter<B: Backend> {
     ) -> Result<Proposal, EngineError>;
     /// `tokens` (the pending token and the accepted drafts) are now committed at positions
     /// `pos..`; `taps` holds their fused rows. Any state past them is discarded.
-    fn commit(&mut self, tokens: &[u32], pos: usize, taps: Option<&B::Tensor>) -> Result<(), EngineError>;
+    fn commit(
+        &mut self,
+        tokens: &[u32],
+        pos: usize,
+        taps: Option<&B::Tensor>,
+    ) -> Result<(), EngineError>;
     /// Rolls the drafter back to `len` committed positions (prefix reuse).
     fn truncate(&mut self, len: usize);
     /// Committed positions the drafter holds.

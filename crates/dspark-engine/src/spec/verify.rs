@@ -23,13 +23,25 @@ pub struct Outcome {
 /// `argmax_rows[j]` is the target's choice after `[pending, d_1..d_j]`; `m + 1` rows for `m` drafts.
 pub fn verify_greedy(argmax_rows: &[u32], drafts: &[u32]) -> Outcome {
     debug_assert_eq!(argmax_rows.len(), drafts.len() + 1);
-    let accepted = drafts.iter().zip(argmax_rows).take_while(|(d, t)| d == t).count();
-    Outcome { accepted, next: argmax_rows[accepted] }
+    let accepted = drafts
+        .iter()
+        .zip(argmax_rows)
+        .take_while(|(d, t)| d == t)
+        .count();
+    Outcome {
+        accepted,
+        next: argmax_rows[accepted],
+    }
 }
 
 /// `p[j]`: truncated target distributions (`m + 1` rows); `q[j]`: the draft distribution each
 /// draft was sampled from (`m` rows).
-pub fn verify_sampled(p: &[Vec<f32>], q: &[Vec<f32>], drafts: &[u32], rng: &mut dyn RngCore) -> Outcome {
+pub fn verify_sampled(
+    p: &[Vec<f32>],
+    q: &[Vec<f32>],
+    drafts: &[u32],
+    rng: &mut dyn RngCore,
+) -> Outcome {
     debug_assert_eq!(p.len(), drafts.len() + 1);
     debug_assert_eq!(q.len(), drafts.len());
     for (j, &d) in drafts.iter().enumerate() {
@@ -39,7 +51,11 @@ pub fn verify_sampled(p: &[Vec<f32>], q: &[Vec<f32>], drafts: &[u32], rng: &mut 
         if u < (pd / qd).min(1.0) {
             continue;
         }
-        let residual: Vec<f32> = p[j].iter().zip(&q[j]).map(|(&a, &b)| (a - b).max(0.0)).collect();
+        let residual: Vec<f32> = p[j]
+            .iter()
+            .zip(&q[j])
+            .map(|(&a, &b)| (a - b).max(0.0))
+            .collect();
         let next = if residual.iter().any(|&r| r > 0.0) {
             sample_index(&residual, rng)
         } else {
@@ -47,7 +63,10 @@ pub fn verify_sampled(p: &[Vec<f32>], q: &[Vec<f32>], drafts: &[u32], rng: &mut 
         };
         return Outcome { accepted: j, next };
     }
-    Outcome { accepted: drafts.len(), next: sample_index(&p[drafts.len()], rng) }
+    Outcome {
+        accepted: drafts.len(),
+        next: sample_index(&p[drafts.len()], rng),
+    }
 }
 
 #[cfg(test)]
@@ -57,10 +76,34 @@ mod tests {
 
     #[test]
     fn greedy_accepts_matching_prefix() {
-        assert_eq!(verify_greedy(&[5, 6, 9, 1], &[5, 6, 7]), Outcome { accepted: 2, next: 9 });
-        assert_eq!(verify_greedy(&[5, 6, 7, 1], &[5, 6, 7]), Outcome { accepted: 3, next: 1 });
-        assert_eq!(verify_greedy(&[4, 6, 7, 1], &[5, 6, 7]), Outcome { accepted: 0, next: 4 });
-        assert_eq!(verify_greedy(&[3], &[]), Outcome { accepted: 0, next: 3 });
+        assert_eq!(
+            verify_greedy(&[5, 6, 9, 1], &[5, 6, 7]),
+            Outcome {
+                accepted: 2,
+                next: 9
+            }
+        );
+        assert_eq!(
+            verify_greedy(&[5, 6, 7, 1], &[5, 6, 7]),
+            Outcome {
+                accepted: 3,
+                next: 1
+            }
+        );
+        assert_eq!(
+            verify_greedy(&[4, 6, 7, 1], &[5, 6, 7]),
+            Outcome {
+                accepted: 0,
+                next: 4
+            }
+        );
+        assert_eq!(
+            verify_greedy(&[3], &[]),
+            Outcome {
+                accepted: 0,
+                next: 3
+            }
+        );
     }
 
     #[test]

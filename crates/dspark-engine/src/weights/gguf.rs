@@ -20,7 +20,11 @@ impl GgufSource {
     pub fn open(path: &Path) -> Result<Self, LoadError> {
         let mut file = std::fs::File::open(path).map_err(|e| LoadError::io(path, e))?;
         let content = Content::read(&mut file).map_err(|e| LoadError::parse(path, e))?;
-        Ok(GgufSource { path: path.to_path_buf(), content, file: Mutex::new(file) })
+        Ok(GgufSource {
+            path: path.to_path_buf(),
+            content,
+            file: Mutex::new(file),
+        })
     }
 
     pub fn content(&self) -> &Content {
@@ -70,13 +74,18 @@ impl WeightSource for GgufSource {
     }
 
     fn get(&self, name: &str) -> Result<HostTensor, LoadError> {
-        let missing =
-            || LoadError::MissingTensor { path: self.path.clone(), name: name.to_string() };
+        let missing = || LoadError::MissingTensor {
+            path: self.path.clone(),
+            name: name.to_string(),
+        };
         let g = Self::gguf_name(name).ok_or_else(missing)?;
         if !self.content.tensor_infos.contains_key(&g) {
             return Err(missing());
         }
-        let mut f = self.file.lock().map_err(|_| LoadError::parse(&self.path, "file lock poisoned"))?;
+        let mut f = self
+            .file
+            .lock()
+            .map_err(|_| LoadError::parse(&self.path, "file lock poisoned"))?;
         let q = self
             .content
             .tensor(&mut *f, &g, &candle_core::Device::Cpu)
@@ -91,11 +100,13 @@ pub fn meta_u32(src: &GgufSource, key: &str) -> Result<u32, LoadError> {
         path: src.path.clone(),
         field: key.to_string(),
     })?;
-    v.to_u32().or_else(|_| v.to_u64().map(|x| x as u32)).map_err(|e| LoadError::InvalidField {
-        path: src.path.clone(),
-        field: key.to_string(),
-        message: e.to_string(),
-    })
+    v.to_u32()
+        .or_else(|_| v.to_u64().map(|x| x as u32))
+        .map_err(|e| LoadError::InvalidField {
+            path: src.path.clone(),
+            field: key.to_string(),
+            message: e.to_string(),
+        })
 }
 
 pub fn meta_f32(src: &GgufSource, key: &str) -> Result<Option<f32>, LoadError> {

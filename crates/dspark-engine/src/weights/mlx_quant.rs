@@ -42,7 +42,10 @@ impl MlxQuantized {
         let groups = self.out_features * self.in_features / self.group_size;
         for (what, (dt, b)) in [("scales", &self.scales), ("biases", &self.biases)] {
             if b.len() != groups * dt.size_in_bytes() {
-                return Err(format!("{what} has {} bytes, expected {groups} values", b.len()));
+                return Err(format!(
+                    "{what} has {} bytes, expected {groups} values",
+                    b.len()
+                ));
             }
         }
         Ok(())
@@ -68,7 +71,11 @@ impl MlxQuantized {
                 let bit = i * bits;
                 let w = bit / 32;
                 let lo = row[w] as u64;
-                let hi = if w + 1 < row.len() { row[w + 1] as u64 } else { 0 };
+                let hi = if w + 1 < row.len() {
+                    row[w + 1] as u64
+                } else {
+                    0
+                };
                 let q = (((hi << 32) | lo) >> (bit % 32)) & mask;
                 let g = r * groups_per_row + i / self.group_size;
                 out.push(scales[g] * q as f32 + biases[g]);
@@ -83,7 +90,10 @@ mod tests {
     use super::*;
 
     fn f32_bytes(v: &[f32]) -> Arc<[u8]> {
-        v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>().into()
+        v.iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect::<Vec<u8>>()
+            .into()
     }
 
     #[test]

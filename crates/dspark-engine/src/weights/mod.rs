@@ -15,7 +15,11 @@ use crate::backend::DType;
 #[derive(Clone, Debug)]
 pub enum HostTensor {
     /// Raw little-endian elements of `dtype`.
-    Dense { shape: Vec<usize>, dtype: DType, bytes: Arc<[u8]> },
+    Dense {
+        shape: Vec<usize>,
+        dtype: DType,
+        bytes: Arc<[u8]>,
+    },
     /// A GGUF block-quantized (or f16/f32) tensor, held by candle's CPU quantized storage.
     Ggml(Arc<candle_core::quantized::QTensor>),
     /// MLX affine quantization: `w = scales * q + biases` per group along the input axis.
@@ -28,7 +32,11 @@ impl HostTensor {
         for v in data {
             bytes.extend_from_slice(&v.to_le_bytes());
         }
-        HostTensor::Dense { shape, dtype: DType::F32, bytes: bytes.into() }
+        HostTensor::Dense {
+            shape,
+            dtype: DType::F32,
+            bytes: bytes.into(),
+        }
     }
 
     /// Logical shape (`[out, in]` for matrices).
@@ -83,33 +91,59 @@ pub fn dense_to_f32(dtype: DType, bytes: &[u8]) -> Vec<f32> {
 #[derive(thiserror::Error, Debug)]
 pub enum LoadError {
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: cannot parse: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("{path}: missing field `{field}`")]
     MissingField { path: PathBuf, field: String },
     #[error("{path}: field `{field}` is invalid: {message}")]
-    InvalidField { path: PathBuf, field: String, message: String },
+    InvalidField {
+        path: PathBuf,
+        field: String,
+        message: String,
+    },
     #[error("{path}: unsupported architecture `{arch}` (supported: qwen3, qwen2, llama)")]
     UnknownArch { path: PathBuf, arch: String },
     #[error("{path}: missing tensor `{name}`")]
     MissingTensor { path: PathBuf, name: String },
     #[error("{path}: tensor `{name}` has shape {got:?}, expected {expected:?}")]
-    Shape { path: PathBuf, name: String, expected: Vec<usize>, got: Vec<usize> },
+    Shape {
+        path: PathBuf,
+        name: String,
+        expected: Vec<usize>,
+        got: Vec<usize>,
+    },
     #[error("{path}: tensor `{name}` has unsupported dtype {dtype}")]
-    Dtype { path: PathBuf, name: String, dtype: String },
+    Dtype {
+        path: PathBuf,
+        name: String,
+        dtype: String,
+    },
     #[error("{path}: no model found: {message}")]
     NotFound { path: PathBuf, message: String },
     #[error("{path}: tensor `{name}`: {message}")]
-    Backend { path: PathBuf, name: String, message: String },
+    Backend {
+        path: PathBuf,
+        name: String,
+        message: String,
+    },
 }
 
 impl LoadError {
     pub fn io(path: &Path, source: std::io::Error) -> Self {
-        LoadError::Io { path: path.to_path_buf(), source }
+        LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     }
     pub fn parse(path: &Path, message: impl ToString) -> Self {
-        LoadError::Parse { path: path.to_path_buf(), message: message.to_string() }
+        LoadError::Parse {
+            path: path.to_path_buf(),
+            message: message.to_string(),
+        }
     }
 }
 
@@ -151,9 +185,12 @@ impl WeightSource for MemorySource {
         self.tensors.contains_key(name)
     }
     fn get(&self, name: &str) -> Result<HostTensor, LoadError> {
-        self.tensors.get(name).cloned().ok_or_else(|| LoadError::MissingTensor {
-            path: self.label.clone(),
-            name: name.to_string(),
-        })
+        self.tensors
+            .get(name)
+            .cloned()
+            .ok_or_else(|| LoadError::MissingTensor {
+                path: self.label.clone(),
+                name: name.to_string(),
+            })
     }
 }

@@ -64,15 +64,26 @@ impl SafetensorsSource {
             // SAFETY: the file is opened read-only; a concurrent truncation by another process
             // is the usual mmap caveat and is outside what the loader can guard against.
             let mmap = unsafe { Mmap::map(&f) }.map_err(|e| LoadError::io(path, e))?;
-            let (n, meta) = SafeTensors::read_metadata(&mmap).map_err(|e| LoadError::parse(path, e))?;
+            let (n, meta) =
+                SafeTensors::read_metadata(&mmap).map_err(|e| LoadError::parse(path, e))?;
             // validate once so later slicing cannot go out of bounds
             SafeTensors::deserialize(&mmap).map_err(|e| LoadError::parse(path, e))?;
             for name in meta.tensors().keys() {
                 index.insert(name.clone(), shards.len());
             }
-            shards.push(Shard { path: path.clone(), mmap, data_start: 8 + n, meta });
+            shards.push(Shard {
+                path: path.clone(),
+                mmap,
+                data_start: 8 + n,
+                meta,
+            });
         }
-        Ok(SafetensorsSource { dir: label.to_path_buf(), shards, index, quant })
+        Ok(SafetensorsSource {
+            dir: label.to_path_buf(),
+            shards,
+            index,
+            quant,
+        })
     }
 
     pub fn names(&self) -> Vec<String> {
@@ -82,10 +93,13 @@ impl SafetensorsSource {
     }
 
     fn raw(&self, name: &str) -> Result<(Dtype, Vec<usize>, &[u8], &Path), LoadError> {
-        let &si = self.index.get(name).ok_or_else(|| LoadError::MissingTensor {
-            path: self.dir.clone(),
-            name: name.to_string(),
-        })?;
+        let &si = self
+            .index
+            .get(name)
+            .ok_or_else(|| LoadError::MissingTensor {
+                path: self.dir.clone(),
+                name: name.to_string(),
+            })?;
         let shard = &self.shards[si];
         let info = shard.meta.info(name).expect("indexed name has info");
         let (a, b) = info.data_offsets;
@@ -119,7 +133,9 @@ impl SafetensorsSource {
             message,
         };
         if dt != Dtype::U32 || shape.len() != 2 {
-            return Err(bad(format!("quantized weight must be a 2-D u32 tensor, got {dt:?} {shape:?}")));
+            return Err(bad(format!(
+                "quantized weight must be a 2-D u32 tensor, got {dt:?} {shape:?}"
+            )));
         }
         let packed: Vec<u32> = bytes
             .chunks_exact(4)
@@ -159,6 +175,10 @@ impl WeightSource for SafetensorsSource {
             }
         }
         let (dtype, shape, bytes) = self.dense(name)?;
-        Ok(HostTensor::Dense { shape, dtype, bytes })
+        Ok(HostTensor::Dense {
+            shape,
+            dtype,
+            bytes,
+        })
     }
 }

@@ -158,13 +158,37 @@ pub async fn handler(State(st): State<AppState>, uri: Uri, headers: HeaderMap) -
     );
     let pc = &a.prefix_cache;
     for (name, help, v) in [
-        ("prefix_cache_hits_total", "Requests that reused a cached prefix.", pc.hits.to_string()),
-        ("prefix_cache_reused_tokens_total", "Prompt tokens reused from the prefix cache.", pc.reused_tokens.to_string()),
-        ("prefix_cache_slots", "Prefix-cache slots held (RAM + disk).", (pc.slots_ram + pc.slots_disk).to_string()),
-        ("prefix_cache_ram_bytes", "Prefix-cache bytes in RAM.", pc.bytes_ram.to_string()),
-        ("prefix_cache_disk_bytes", "Prefix-cache bytes spilled to disk.", pc.bytes_disk.to_string()),
+        (
+            "prefix_cache_hits_total",
+            "Requests that reused a cached prefix.",
+            pc.hits.to_string(),
+        ),
+        (
+            "prefix_cache_reused_tokens_total",
+            "Prompt tokens reused from the prefix cache.",
+            pc.reused_tokens.to_string(),
+        ),
+        (
+            "prefix_cache_slots",
+            "Prefix-cache slots held (RAM + disk).",
+            (pc.slots_ram + pc.slots_disk).to_string(),
+        ),
+        (
+            "prefix_cache_ram_bytes",
+            "Prefix-cache bytes in RAM.",
+            pc.bytes_ram.to_string(),
+        ),
+        (
+            "prefix_cache_disk_bytes",
+            "Prefix-cache bytes spilled to disk.",
+            pc.bytes_disk.to_string(),
+        ),
     ] {
-        let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
+        let kind = if name.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
         metric(name, kind, help, &one(v));
     }
     metric(
