@@ -105,7 +105,9 @@ pub trait Backend: Clone + Send + 'static {
     fn linear(&self, host: &HostTensor) -> BResult<Self::Linear>;
     /// A dense matmul weight from an existing `[out, in]` tensor (tied embeddings).
     fn linear_from_tensor(&self, t: &Self::Tensor) -> BResult<Self::Linear>;
+    #[allow(clippy::wrong_self_convention)] // the backend picks device and dtype
     fn from_f32(&self, data: &[f32], shape: &[usize]) -> BResult<Self::Tensor>;
+    #[allow(clippy::wrong_self_convention)]
     fn from_u32(&self, data: &[u32], shape: &[usize]) -> BResult<Self::Tensor>;
     fn zeros(&self, shape: &[usize]) -> BResult<Self::Tensor>;
     /// Evaluation point: copies to host as f32.

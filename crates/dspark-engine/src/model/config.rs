@@ -235,7 +235,7 @@ impl TransformerConfig {
                 return Err(bad(name, "must be positive".into()));
             }
         }
-        if self.num_heads % self.num_kv_heads != 0 {
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return Err(bad(
                 "num_key_value_heads",
                 format!(
@@ -244,13 +244,13 @@ impl TransformerConfig {
                 ),
             ));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(bad(
                 "head_dim",
                 format!("{} is odd; RoPE needs an even size", self.head_dim),
             ));
         }
-        if !(self.rope_theta > 0.0) {
+        if self.rope_theta.is_nan() || self.rope_theta <= 0.0 {
             return Err(bad(
                 "rope_theta",
                 format!("{} is not positive", self.rope_theta),

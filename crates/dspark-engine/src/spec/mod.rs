@@ -118,6 +118,7 @@ pub trait Drafter<B: Backend> {
     ) -> Result<(), EngineError>;
     /// Drafts up to `max` tokens following `pending`, which sits at position `pos`. Drafters
     /// that share the target's embedding or LM head read them from `target`.
+    #[allow(clippy::too_many_arguments)]
     fn propose(
         &mut self,
         target: &Transformer<B>,

@@ -24,7 +24,7 @@ impl MlxQuantized {
         if !matches!(self.bits, 2 | 3 | 4 | 5 | 6 | 8) {
             return Err(format!("unsupported bits {}", self.bits));
         }
-        if self.group_size == 0 || self.in_features % self.group_size != 0 {
+        if self.group_size == 0 || !self.in_features.is_multiple_of(self.group_size) {
             return Err(format!(
                 "input size {} is not a multiple of group_size {}",
                 self.in_features, self.group_size

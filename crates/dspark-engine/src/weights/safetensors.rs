@@ -13,6 +13,11 @@ use super::mlx_quant::MlxQuantized;
 use super::{HostTensor, LoadError, WeightSource};
 use crate::backend::DType;
 
+/// dtype, shape, bytes and the shard file of one stored tensor.
+type RawTensor<'a> = (Dtype, Vec<usize>, &'a [u8], &'a Path);
+/// A float tensor's dtype, shape and bytes.
+type DenseTensor = (DType, Vec<usize>, Arc<[u8]>);
+
 struct Shard {
     path: PathBuf,
     mmap: Mmap,
@@ -92,7 +97,7 @@ impl SafetensorsSource {
         v
     }
 
-    fn raw(&self, name: &str) -> Result<(Dtype, Vec<usize>, &[u8], &Path), LoadError> {
+    fn raw(&self, name: &str) -> Result<RawTensor<'_>, LoadError> {
         let &si = self
             .index
             .get(name)
@@ -107,7 +112,7 @@ impl SafetensorsSource {
         Ok((info.dtype, info.shape.clone(), bytes, &shard.path))
     }
 
-    fn dense(&self, name: &str) -> Result<(DType, Vec<usize>, Arc<[u8]>), LoadError> {
+    fn dense(&self, name: &str) -> Result<DenseTensor, LoadError> {
         let (dt, shape, bytes, path) = self.raw(name)?;
         let dtype = match dt {
             Dtype::F32 => DType::F32,
