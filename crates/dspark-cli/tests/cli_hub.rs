@@ -87,6 +87,7 @@ fn pull_interrupted_by_ctrl_c_resumes_without_refetching() {
     let kept = std::fs::metadata(&part).unwrap().len();
     assert_eq!(kept, 200_000);
 
+    *srv.hub.stall_after.lock().unwrap() = None;
     let served = srv.hub.served();
     let out = env
         .cmd(&srv.endpoint)

@@ -66,8 +66,10 @@ pub struct Hub {
     /// When set, the next response for this file stops after this many body bytes and drops
     /// the connection.
     pub cut_after: Mutex<Option<(String, u64)>>,
-    /// When set, the next response for this file sends this many bytes, reports on the channel
-    /// and then stalls until the server is dropped (for killing a client mid-download).
+    /// While set, every response for this file stops at this absolute byte offset, reports on
+    /// the channel and stalls until the server is dropped (for killing a client mid-download;
+    /// a client that times out and retries with Range stalls again at once). Clear it to let
+    /// the file through.
     pub stall_after: Mutex<Option<(String, u64, std::sync::mpsc::Sender<()>)>>,
     /// Files served with one byte flipped.
     pub corrupt: Mutex<Vec<String>>,
@@ -224,9 +226,9 @@ async fn resolve(
         }
     };
     let stall = {
-        let mut c = hub.stall_after.lock().unwrap();
+        let c = hub.stall_after.lock().unwrap();
         match c.as_ref() {
-            Some((n, _, _)) if *n == f.name => c.take().map(|(_, at, tx)| (at, tx)),
+            Some((n, at, tx)) if *n == f.name => Some((*at, tx.clone())),
             _ => None,
         }
     };
@@ -258,7 +260,7 @@ async fn resolve(
         StatusCode::OK
     };
     if let Some((at, tx)) = stall {
-        let n = (at as usize).min(bytes.len());
+        let n = (at.saturating_sub(from) as usize).min(bytes.len());
         hub.stats.bytes_served.fetch_add(n as u64, Ordering::SeqCst);
         let first = bytes[..n].to_vec();
         let stream = futures_util::stream::unfold(0u8, move |state| {
