@@ -67,8 +67,7 @@ impl<B: Backend> Drafter<B> for DFlash<B> {
         start: usize,
         taps: Option<&B::Tensor>,
     ) -> Result<(), EngineError> {
-        let taps = taps.ok_or_else(|| EngineError::Invalid("dflash needs target taps".into()))?;
-        Ok(self.net.append_context(taps, start)?)
+        self.net.append_taps(taps, start, "dflash")
     }
 
     fn propose(
@@ -109,8 +108,7 @@ impl<B: Backend> Drafter<B> for DFlash<B> {
         pos: usize,
         taps: Option<&B::Tensor>,
     ) -> Result<(), EngineError> {
-        let taps = taps.ok_or_else(|| EngineError::Invalid("dflash needs target taps".into()))?;
-        Ok(self.net.append_context(taps, pos)?)
+        self.net.append_taps(taps, pos, "dflash")
     }
 
     fn truncate(&mut self, len: usize) {

@@ -160,8 +160,7 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
         start: usize,
         taps: Option<&B::Tensor>,
     ) -> Result<(), EngineError> {
-        let taps = taps.ok_or_else(|| EngineError::Invalid("dspark needs target taps".into()))?;
-        Ok(self.net.append_context(taps, start)?)
+        self.net.append_taps(taps, start, "dspark")
     }
 
     fn propose(
@@ -254,8 +253,7 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
         pos: usize,
         taps: Option<&B::Tensor>,
     ) -> Result<(), EngineError> {
-        let taps = taps.ok_or_else(|| EngineError::Invalid("dspark needs target taps".into()))?;
-        Ok(self.net.append_context(taps, pos)?)
+        self.net.append_taps(taps, pos, "dspark")
     }
 
     fn truncate(&mut self, len: usize) {

@@ -191,6 +191,20 @@ impl<B: Backend> KvInjectionNet<B> {
         self.ctx.truncate(len);
     }
 
+    /// [`KvInjectionNet::append_context`] for a drafter's prefill/commit, where the target
+    /// must have supplied its taps (`who` names the drafter in the error).
+    pub fn append_taps(
+        &mut self,
+        taps: Option<&B::Tensor>,
+        pos: usize,
+        who: &str,
+    ) -> Result<(), crate::error::EngineError> {
+        let taps = taps.ok_or_else(|| {
+            crate::error::EngineError::Invalid(format!("{who} needs target taps"))
+        })?;
+        Ok(self.append_context(taps, pos)?)
+    }
+
     /// Moves the context cache out, leaving an empty one.
     pub fn take_context(&mut self) -> KvCache<B> {
         std::mem::replace(
