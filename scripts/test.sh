@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# The test command: fetch the registry artefacts the tests read (idempotent), then run every
-# Rust test of the default workspace members (engine, hub, server, cli, cross-crate tests), then
-# the server's end-to-end suite (official openai SDK against `dspark serve`, tests/e2e/).
-set -euo pipefail
+# The test command: every Rust test of the default members (engine, hub, server, cli,
+# cross-crate tests; `--workspace` adds the app's mock-runtime tests), then the openai-SDK e2e
+# suite against `dspark serve` (tests/e2e/); about 25-30 min cold on 2 cores, 3-5 min warm.
+# Extra arguments go to `cargo test`.
+set -Eeuo pipefail
+trap 'echo "test.sh: FAILED (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 bash scripts/fetch-artefacts.sh
 cargo test --locked "$@"
+# The e2e suite starts target/debug/dspark, which the cargo test above built for the CLI's own
+# integration tests (same features: building it again with `cargo build -p` would unify
+# features differently and recompile the engine).
+[ -x target/debug/dspark ] ||
+    { echo "test.sh: target/debug/dspark was not built by cargo test (was dspark-cli excluded?)" >&2; exit 1; }
 [ -x .venv-e2e/bin/python ] || bash scripts/e2e-venv.sh
-cargo build --locked -p dspark-cli
 .venv-e2e/bin/python -m pytest tests/e2e -q -p no:cacheprovider

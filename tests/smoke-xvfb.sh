@@ -5,7 +5,8 @@
 # hosted by `trayer`): Stop Server, Start Server, Quit,
 # expecting exit code 0.
 #
-# Needs: xvfb xauth xdotool trayer imagemagick curl, and a built app (cargo build -p dspark-app).
+# Needs: xvfb xauth xdotool trayer imagemagick curl, and a built app (target/debug/dspark-app,
+# from `cargo test --workspace --no-run` or `cargo build -p dspark-app`).
 # Env: DSPARK_APP_BIN (default target/debug/dspark-app), DSPARK_E2E_ARTIFACTS (screenshots).
 set -euo pipefail
 cd "$(dirname "$0")/.."
