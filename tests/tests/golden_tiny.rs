@@ -1,5 +1,6 @@
 //! The target models against HF transformers goldens on the tiny random checkpoints:
-//! logits (all positions) and tapped hidden states within 1e-4, greedy tokens identical,
+//! logits (all positions) within 1e-4 and tapped hidden states within 1e-4 or 2e-6 of the
+//! row's largest value, whichever is larger, greedy tokens identical,
 //! and KV-cache chunking/rollback giving the same logits as one full pass. Runs on the backend
 //! of `DSPARK_BACKEND` (candle, or MLX with the `mlx` feature).
 
@@ -8,10 +9,14 @@ use dspark_engine::generate::{baseline, GenParams};
 use dspark_engine::model::open_checkpoint;
 use dspark_engine::model::transformer::{LogitsWanted, Transformer};
 use dspark_engine::sampling::SamplingParams;
-use dspark_tests::{as_f32_rows, as_u32s, fixture, golden, max_abs_diff, on_backend};
+use dspark_tests::{as_f32_rows, as_u32s, fixture, golden, max_abs, max_abs_diff, on_backend};
 
 const VARIANTS: [&str; 5] = ["qwen3", "qwen3-tied", "llama", "qwen3-bf16", "qwen3-mlx4"];
 const TOL: f32 = 1e-4;
+/// Hidden states grow with depth (|h| reaches 128 in qwen3-tied's layer 2, where 1e-4 is ~13
+/// f32 ulps): each backend sums its dot products in its own order, so the bound there scales
+/// with the row (2e-6 · max|h| is ~17 ulps of the largest element). Logits stay at 1e-4.
+const TAP_REL_TOL: f32 = 2e-6;
 
 fn load<B: Backend>(b: &B, variant: &str) -> Transformer<B> {
     let ck = open_checkpoint(&fixture(&format!("tiny/{variant}"))).unwrap();
@@ -46,9 +51,10 @@ fn logits_and_taps<B: Backend>(b: B) {
             for (i, row) in rows.iter().enumerate() {
                 let start = i * 2 * h + k * h;
                 let d = max_abs_diff(&taps[start..start + h], row);
+                let tol = TOL.max(TAP_REL_TOL * max_abs(row));
                 assert!(
-                    d < TOL,
-                    "{variant}: hidden state of layer {layer} row {i} differs by {d}"
+                    d < tol,
+                    "{variant}: hidden state of layer {layer} row {i} differs by {d} (tolerance {tol})"
                 );
             }
         }

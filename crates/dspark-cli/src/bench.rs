@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use dspark_engine::backend::Backend;
+use dspark_engine::backend::{profile, Backend};
 use dspark_engine::generate::{GenParams, GenResult};
 use dspark_engine::pipeline::Pipeline;
 use dspark_engine::sampling::SamplingParams;
@@ -42,6 +42,16 @@ pub struct BenchArgs {
     /// these shared-history lengths (e.g. 250,750,2000).
     #[arg(long, value_delimiter = ',')]
     pub prefix_cache: Vec<usize>,
+    /// Prompts as token ids instead of text: a JSON file holding a list of id lists (so that
+    /// another engine can be timed on exactly the same ids, see scripts/bench/vs_llama_cpp.py).
+    #[arg(long)]
+    pub prompt_ids: Option<PathBuf>,
+    /// Time the baseline only, even with a drafter configured.
+    #[arg(long)]
+    pub baseline_only: bool,
+    /// Write the chat-templated prompt ids (`{"prompt_ids": [[...]]}`) to --out and stop.
+    #[arg(long)]
+    pub emit_prompt_ids: bool,
 }
 
 const BUILTIN: [&str; 6] = [
@@ -108,6 +118,8 @@ fn memory_bandwidth() -> f64 {
 }
 
 struct Run {
+    prompt_tokens: usize,
+    prefill: f64,
     tokens: usize,
     secs: f64,
     decode_secs: f64,
@@ -116,8 +128,10 @@ struct Run {
     verify: f64,
 }
 
-fn record(r: &GenResult) -> Run {
+fn record(prompt: &[u32], r: &GenResult) -> Run {
     Run {
+        prompt_tokens: prompt.len(),
+        prefill: r.stats.prefill_secs,
         tokens: r.tokens.len(),
         secs: r.stats.prefill_secs + r.stats.decode_secs,
         decode_secs: r.stats.decode_secs,
@@ -129,6 +143,8 @@ fn record(r: &GenResult) -> Run {
 
 fn sum(v: &[Run]) -> Run {
     Run {
+        prompt_tokens: v.iter().map(|r| r.prompt_tokens).sum(),
+        prefill: v.iter().map(|r| r.prefill).sum(),
         tokens: v.iter().map(|r| r.tokens).sum(),
         secs: v.iter().map(|r| r.secs).sum(),
         decode_secs: v.iter().map(|r| r.decode_secs).sum(),
@@ -151,10 +167,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if !a.prefix_cache.is_empty() {
         let rows = prefix::run(&mut pipe, &a.prefix_cache, &a.model.model)?;
         let out = json!({"model": path.display().to_string(), "mode": pipe.mode.as_str(), "prefix_cache_ttft": rows});
-        if let Some(dir) = a.out.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::write(&a.out, serde_json::to_string_pretty(&out)?)?;
+        write_json(&a.out, &out)?;
         println!("wrote {}", a.out.display());
         return Ok(());
     }
@@ -165,24 +178,41 @@ pub fn run(a: BenchArgs) -> Result<()> {
     };
     let texts = prompts(a.prompts);
     let tok = pipe.target.tokenizer.clone();
-    let ids: Vec<Vec<u32>> = texts
-        .iter()
-        .map(|t| {
-            let msgs = json!([{"role": "user", "content": t}]);
-            let rendered = match tok.chat_template() {
-                Some(tm) => {
-                    let opts = dspark_engine::chat_template::ChatOptions {
-                        add_generation_prompt: true,
-                        ..Default::default()
-                    };
-                    tm.render(&msgs, &opts)?
-                }
-                None => t.clone(),
-            };
-            Ok(tok.encode(&rendered, false)?)
-        })
-        .collect::<Result<_>>()?;
+    let ids: Vec<Vec<u32>> = if let Some(f) = &a.prompt_ids {
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        let ids: Vec<Vec<u32>> = serde_json::from_str(&text)
+            .with_context(|| format!("{}: expected a JSON list of token-id lists", f.display()))?;
+        anyhow::ensure!(
+            !ids.is_empty() && ids.iter().all(|p| !p.is_empty()),
+            "{}: no prompts, or an empty prompt",
+            f.display()
+        );
+        ids
+    } else {
+        texts
+            .iter()
+            .map(|t| {
+                let msgs = json!([{"role": "user", "content": t}]);
+                let rendered = match tok.chat_template() {
+                    Some(tm) => {
+                        let opts = dspark_engine::chat_template::ChatOptions {
+                            add_generation_prompt: true,
+                            ..Default::default()
+                        };
+                        tm.render(&msgs, &opts)?
+                    }
+                    None => t.clone(),
+                };
+                Ok(tok.encode(&rendered, false)?)
+            })
+            .collect::<Result<_>>()?
+    };
 
+    if a.emit_prompt_ids {
+        write_json(&a.out, &json!({ "prompt_ids": ids }))?;
+        return Ok(());
+    }
     eprintln!("bench: warm-up");
     pipe.generate_baseline(
         &ids[0],
@@ -192,7 +222,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         },
         &mut Vec::new(),
     )?;
-    let spec_on = pipe.mode != dspark_engine::spec::Mode::Baseline;
+    let spec_on = pipe.mode != dspark_engine::spec::Mode::Baseline && !a.baseline_only;
     if spec_on {
         pipe.generate(
             &ids[0],
@@ -204,11 +234,18 @@ pub fn run(a: BenchArgs) -> Result<()> {
         )?;
     }
     let (mut base, mut spec, mut identical) = (vec![], vec![], 0);
+    // per-op wall time (DSPARK_PROFILE=1), baseline and speculative runs apart
+    let _ = profile::take();
+    let (mut prof_base, mut prof_spec) = (OpTimes::new(), OpTimes::new());
+    let mut base_ids: Vec<Vec<u32>> = vec![];
     for (i, p) in ids.iter().enumerate() {
         let rb = pipe.generate_baseline(p, &params, &mut Vec::new())?;
+        add_ops(&mut prof_base, profile::take());
         eprintln!("  prompt {i}: baseline {:.1} tok/s", rb.tokens_per_sec());
+        base_ids.push(rb.tokens.clone());
         if spec_on {
             let rs = pipe.generate(p, &params, &mut Vec::new())?;
+            add_ops(&mut prof_spec, profile::take());
             identical += usize::from(rs.tokens == rb.tokens);
             eprintln!(
                 "  prompt {i}: {} {:.1} tok/s, tau {:.2}",
@@ -216,13 +253,14 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 rs.tokens_per_sec(),
                 rs.mean_accept_len()
             );
-            spec.push(record(&rs));
+            spec.push(record(p, &rs));
         }
-        base.push(record(&rb));
+        base.push(record(p, &rb));
     }
     let (bs, ss) = (sum(&base), sum(&spec));
     let base_tps = bs.tokens as f64 / bs.secs;
     let base_decode_tps = bs.tokens.saturating_sub(base.len()) as f64 / bs.decode_secs.max(1e-9);
+    let prefill_tps = bs.prompt_tokens as f64 / bs.prefill.max(1e-9);
     let cfg = &pipe.target.model.cfg;
     let dsize = b.compute_dtype().size_in_bytes();
     let tied_head = if cfg.tie_word_embeddings {
@@ -237,9 +275,12 @@ pub fn run(a: BenchArgs) -> Result<()> {
         "model": path.display().to_string(),
         "device": b.device_label(),
         "dtype": format!("{:?}", b.compute_dtype()),
-        "prompts": texts.len(),
+        "prompts": ids.len(),
         "max_tokens": a.max_tokens,
-        "baseline": {"tok_s": base_tps, "decode_tok_s": base_decode_tps, "tokens": bs.tokens, "secs": bs.secs},
+        "keep_quantized": a.model.keep_quantized,
+        "baseline": {"tok_s": base_tps, "decode_tok_s": base_decode_tps, "prefill_tok_s": prefill_tps,
+                     "prompt_tokens": bs.prompt_tokens, "tokens": bs.tokens, "secs": bs.secs,
+                     "ids": base_ids},
         "memory": {"measured_read_gb_s": bw, "weight_bytes_per_token": weight_bytes,
                    "decode_ceiling_tok_s": ceiling, "baseline_pct_of_ceiling": 100.0 * base_decode_tps / ceiling},
     });
@@ -248,11 +289,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
         path.display(),
         out["dtype"],
         out["device"],
-        texts.len(),
+        ids.len(),
         a.max_tokens
     );
     println!("memory read bandwidth {bw:.1} GB/s; weights {:.1} MB/token -> decode ceiling {ceiling:.1} tok/s", weight_bytes as f64 / 1e6);
-    println!("baseline        {base_tps:7.1} tok/s  (decode {base_decode_tps:.1} tok/s = {:.0}% of ceiling)", 100.0 * base_decode_tps / ceiling);
+    println!("baseline        {base_tps:7.1} tok/s  (decode {base_decode_tps:.1} tok/s = {:.0}% of ceiling; prefill {prefill_tps:.0} tok/s)", 100.0 * base_decode_tps / ceiling);
     if spec_on {
         let tps = ss.tokens as f64 / ss.secs;
         let tau = (ss.tokens - spec.len()) as f64 / ss.rounds.max(1) as f64;
@@ -288,10 +329,59 @@ pub fn run(a: BenchArgs) -> Result<()> {
         );
         out["hf_transformers"] = json!({"tok_s": hf, "dspark_baseline_ratio": base_tps / hf, "identical_tokens": v["identical"]});
     }
-    if let Some(dir) = a.out.parent() {
-        std::fs::create_dir_all(dir)?;
+    if profile::enabled() {
+        out["profile_per_decode_token_ms"] = json!({
+            "baseline": print_ops("baseline", &prof_base, bs.tokens - base.len()),
+            "spec": print_ops(pipe.mode.as_str(), &prof_spec, ss.tokens.saturating_sub(spec.len())),
+        });
     }
-    std::fs::write(&a.out, serde_json::to_string_pretty(&out)?)?;
+    write_json(&a.out, &out)?;
     println!("wrote {}", a.out.display());
     Ok(())
+}
+
+type OpTimes = std::collections::BTreeMap<&'static str, (f64, u64)>;
+
+fn add_ops(acc: &mut OpTimes, ops: Vec<(&'static str, f64, u64)>) {
+    for (name, secs, calls) in ops {
+        let e = acc.entry(name).or_insert((0.0, 0));
+        e.0 += secs;
+        e.1 += calls;
+    }
+}
+
+/// Prints the per-op table (ms per generated token, prefill included) and returns it as JSON.
+fn print_ops(label: &str, ops: &OpTimes, tokens: usize) -> serde_json::Value {
+    if ops.is_empty() || tokens == 0 {
+        return json!(null);
+    }
+    let mut v: Vec<_> = ops.iter().collect();
+    v.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+    let total: f64 = v.iter().map(|(_, (s, _))| s).sum();
+    println!(
+        "per-op time, {label} ({tokens} tokens): {:.2} ms/token in backend ops",
+        1e3 * total / tokens as f64
+    );
+    let mut j = serde_json::Map::new();
+    for (name, (secs, calls)) in v {
+        let ms = 1e3 * secs / tokens as f64;
+        println!(
+            "  {name:<22} {ms:8.3} ms/token  {:5.1}%  {:8.1} calls/token",
+            100.0 * secs / total,
+            *calls as f64 / tokens as f64
+        );
+        j.insert(
+            name.to_string(),
+            json!({"ms_per_token": ms, "calls_per_token": *calls as f64 / tokens as f64}),
+        );
+    }
+    serde_json::Value::Object(j)
+}
+
+fn write_json(path: &std::path::Path, v: &serde_json::Value) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, serde_json::to_string_pretty(v)?)
+        .with_context(|| format!("writing {}", path.display()))
 }

@@ -6,8 +6,10 @@
 //! lazy backend (MLX) can build a whole forward graph before computing it.
 
 pub mod candle;
+pub mod cpu;
 #[cfg(feature = "mlx")]
 pub mod mlx;
+pub mod profile;
 
 use crate::weights::HostTensor;
 

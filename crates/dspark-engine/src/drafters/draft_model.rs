@@ -1,7 +1,8 @@
 //! draft-model speculation: a small autoregressive model with the target's tokenizer drafts
-//! `k` tokens per round, one forward each, keeping its own KV cache. Tokens committed but not
-//! yet fed (the last accepted draft of a fully accepted block, the prompt) wait in a backlog
-//! and are fed with the next round's first forward.
+//! `k` tokens per round, one forward each, keeping its own KV cache. The prompt is fed in one
+//! batched forward at prefill, right after the target's; tokens committed but not yet fed (the
+//! last accepted draft of a fully accepted block) wait in a backlog and are fed with the next
+//! round's first forward.
 
 use rand::RngCore;
 
@@ -60,6 +61,11 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
     ) -> Result<(), EngineError> {
         self.truncate(start);
         self.backlog.extend_from_slice(tokens);
+        let feed = std::mem::take(&mut self.backlog);
+        if !feed.is_empty() {
+            self.model
+                .forward(&feed, &mut self.cache, &[], LogitsWanted::None)?;
+        }
         Ok(())
     }
 

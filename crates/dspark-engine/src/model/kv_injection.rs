@@ -162,7 +162,7 @@ impl<B: Backend> KvInjectionNet<B> {
         let hidden_norm = tensor(b, src, "hidden_norm.weight", &[h])?;
         let shape = cfg.layer_shape();
         let layers = (0..cfg.num_layers)
-            .map(|i| DecoderLayer::load(b, src, &format!("layers.{i}"), shape))
+            .map(|i| DecoderLayer::load(b, src, &format!("layers.{i}"), shape, false))
             .collect::<Result<Vec<_>, _>>()?;
         let norm = tensor(b, src, "norm.weight", &[h])?;
         let spec = RopeSpec::default_theta(cfg.rope_theta, cfg.head_dim, RopeStyle::Half);
@@ -247,8 +247,7 @@ impl<B: Backend> KvInjectionNet<B> {
         let mut x = x.clone();
         for (i, layer) in self.layers.iter().enumerate() {
             let xn = layer.input_norm(b, &x)?;
-            let q = layer.queries(b, &xn, &self.rope, pos)?;
-            let (bk, bv) = layer.keys_values(b, &xn, &self.rope, pos)?;
+            let (q, bk, bv) = layer.queries_keys_values(b, &xn, &self.rope, pos)?;
             let (k, v) = match self.ctx.layer_view(b, i)? {
                 Some((ck, cv)) => (b.concat(&[&ck, &bk], 2)?, b.concat(&[&cv, &bv], 2)?),
                 None => (bk, bv),

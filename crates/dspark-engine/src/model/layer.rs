@@ -1,8 +1,10 @@
 //! One Llama/Qwen-style decoder layer (pre-norm attention + SwiGLU MLP), shared by the target
 //! models and the DFlash/DSpark drafters, which differ only in where keys and values come from.
+//! Projections that read the same input are fused at load (q/k/v for targets, gate/up always):
+//! one weight pass and one thread hand-off instead of two or three, same values per column.
 
 use crate::backend::{AttnMask, BResult, Backend};
-use crate::weights::{LoadError, WeightSource};
+use crate::weights::{HostTensor, LoadError, WeightSource};
 
 /// Geometry of the attention and MLP of one layer.
 #[derive(Clone, Copy, Debug)]
@@ -17,19 +19,68 @@ pub struct LayerShape {
     pub qkv_bias: bool,
 }
 
+/// Several projections of one input: one fused `[sum out_i, in]` weight, or apart when their
+/// storage differs (or the caller needs them one at a time).
+enum Proj<B: Backend> {
+    Fused { w: B::Linear, sizes: Vec<usize> },
+    Split(Vec<B::Linear>),
+}
+
+impl<B: Backend> Proj<B> {
+    fn load(
+        b: &B,
+        src: &dyn WeightSource,
+        parts: &[(String, [usize; 2])],
+        fuse: bool,
+    ) -> Result<Self, LoadError> {
+        let hosts = parts
+            .iter()
+            .map(|(name, shape)| src.get_shaped(name, shape))
+            .collect::<Result<Vec<_>, _>>()?;
+        if fuse {
+            let refs: Vec<&HostTensor> = hosts.iter().collect();
+            if let Some(cat) = HostTensor::concat_rows(&refs) {
+                let w = b.linear(&cat).map_err(|e| load_err(src, &parts[0].0, e))?;
+                let sizes = parts.iter().map(|(_, s)| s[0]).collect();
+                return Ok(Proj::Fused { w, sizes });
+            }
+        }
+        let ws = hosts
+            .iter()
+            .zip(parts)
+            .map(|(h, (name, _))| b.linear(h).map_err(|e| load_err(src, name, e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Proj::Split(ws))
+    }
+
+    /// The projections `which` of `x`, in that order.
+    fn apply(&self, b: &B, x: &B::Tensor, which: &[usize]) -> BResult<Vec<B::Tensor>> {
+        match self {
+            Proj::Split(ws) => which.iter().map(|&i| b.matmul(x, &ws[i])).collect(),
+            Proj::Fused { w, sizes } => {
+                let y = b.matmul(x, w)?;
+                let last = b.dims(&y).len() - 1;
+                which
+                    .iter()
+                    .map(|&i| b.narrow(&y, last, sizes[..i].iter().sum(), sizes[i]))
+                    .collect()
+            }
+        }
+    }
+}
+
 pub struct DecoderLayer<B: Backend> {
     pub shape: LayerShape,
-    q: B::Linear,
-    k: B::Linear,
-    v: B::Linear,
+    /// q, k, v
+    qkv: Proj<B>,
     o: B::Linear,
     q_bias: Option<B::Tensor>,
     k_bias: Option<B::Tensor>,
     v_bias: Option<B::Tensor>,
     q_norm: Option<B::Tensor>,
     k_norm: Option<B::Tensor>,
-    gate: B::Linear,
-    up: B::Linear,
+    /// gate, up
+    gate_up: Proj<B>,
     down: B::Linear,
     input_norm: B::Tensor,
     post_norm: B::Tensor,
@@ -68,12 +119,14 @@ pub(crate) fn tensor<B: Backend>(
 }
 
 impl<B: Backend> DecoderLayer<B> {
-    /// Loads `{prefix}.self_attn.*`, `{prefix}.mlp.*` and the two norms.
+    /// Loads `{prefix}.self_attn.*`, `{prefix}.mlp.*` and the two norms. `fuse_qkv` when
+    /// queries, keys and values always come from the same input (targets).
     pub fn load(
         b: &B,
         src: &dyn WeightSource,
         prefix: &str,
         s: LayerShape,
+        fuse_qkv: bool,
     ) -> Result<Self, LoadError> {
         let (h, qd, kd) = (s.hidden, s.heads * s.head_dim, s.kv_heads * s.head_dim);
         let n = |x: &str| format!("{prefix}.{x}");
@@ -86,17 +139,31 @@ impl<B: Backend> DecoderLayer<B> {
         };
         Ok(DecoderLayer {
             shape: s,
-            q: linear(b, src, &n("self_attn.q_proj.weight"), &[qd, h])?,
-            k: linear(b, src, &n("self_attn.k_proj.weight"), &[kd, h])?,
-            v: linear(b, src, &n("self_attn.v_proj.weight"), &[kd, h])?,
+            qkv: Proj::load(
+                b,
+                src,
+                &[
+                    (n("self_attn.q_proj.weight"), [qd, h]),
+                    (n("self_attn.k_proj.weight"), [kd, h]),
+                    (n("self_attn.v_proj.weight"), [kd, h]),
+                ],
+                fuse_qkv,
+            )?,
             o: linear(b, src, &n("self_attn.o_proj.weight"), &[h, qd])?,
             q_bias: opt(n("self_attn.q_proj.bias"), qd, s.qkv_bias)?,
             k_bias: opt(n("self_attn.k_proj.bias"), kd, s.qkv_bias)?,
             v_bias: opt(n("self_attn.v_proj.bias"), kd, s.qkv_bias)?,
             q_norm: opt(n("self_attn.q_norm.weight"), s.head_dim, s.qk_norm)?,
             k_norm: opt(n("self_attn.k_norm.weight"), s.head_dim, s.qk_norm)?,
-            gate: linear(b, src, &n("mlp.gate_proj.weight"), &[s.intermediate, h])?,
-            up: linear(b, src, &n("mlp.up_proj.weight"), &[s.intermediate, h])?,
+            gate_up: Proj::load(
+                b,
+                src,
+                &[
+                    (n("mlp.gate_proj.weight"), [s.intermediate, h]),
+                    (n("mlp.up_proj.weight"), [s.intermediate, h]),
+                ],
+                true,
+            )?,
             down: linear(b, src, &n("mlp.down_proj.weight"), &[h, s.intermediate])?,
             input_norm: tensor(b, src, &n("input_layernorm.weight"), &[h])?,
             post_norm: tensor(b, src, &n("post_attention_layernorm.weight"), &[h])?,
@@ -107,18 +174,18 @@ impl<B: Backend> DecoderLayer<B> {
         b.rms_norm(x, &self.input_norm, self.shape.eps)
     }
 
+    /// Projected `y [bs, L, n_heads * d]` -> `[bs, n_heads, L, d]` (bias, per-head norm).
     fn heads(
         &self,
         b: &B,
-        x: &B::Tensor,
-        w: &B::Linear,
+        y: B::Tensor,
         bias: &Option<B::Tensor>,
         n_heads: usize,
         norm: &Option<B::Tensor>,
     ) -> BResult<B::Tensor> {
-        let dims = b.dims(x);
+        let dims = b.dims(&y);
         let (bs, l) = (dims[0], dims[1]);
-        let mut y = b.matmul(x, w)?;
+        let mut y = y;
         if let Some(bias) = bias {
             y = b.add(&y, bias)?;
         }
@@ -130,16 +197,43 @@ impl<B: Backend> DecoderLayer<B> {
         b.transpose(&y, 1, 2)
     }
 
-    /// Queries of normed input `xn [1, L, H]`, `[1, hq, L, d]`, roped at `start..`.
-    pub fn queries(
+    fn project<const N: usize>(
+        &self,
+        b: &B,
+        xn: &B::Tensor,
+        which: [usize; N],
+    ) -> BResult<[B::Tensor; N]> {
+        let v = self.qkv.apply(b, xn, &which)?;
+        Ok(v.try_into()
+            .unwrap_or_else(|_| unreachable!("one output per projection")))
+    }
+
+    /// Queries, keys and values of one input with one (fused) projection.
+    pub fn queries_keys_values(
         &self,
         b: &B,
         xn: &B::Tensor,
         rope: &B::Rope,
         start: usize,
-    ) -> BResult<B::Tensor> {
-        let q = self.heads(b, xn, &self.q, &self.q_bias, self.shape.heads, &self.q_norm)?;
-        b.rope(&q, rope, start)
+    ) -> BResult<(B::Tensor, B::Tensor, B::Tensor)> {
+        let [yq, yk, yv] = self.project(b, xn, [0, 1, 2])?;
+        let q = self.heads(b, yq, &self.q_bias, self.shape.heads, &self.q_norm)?;
+        let (k, v) = self.finish_kv(b, yk, yv, rope, start)?;
+        Ok((b.rope(&q, rope, start)?, k, v))
+    }
+
+    fn finish_kv(
+        &self,
+        b: &B,
+        yk: B::Tensor,
+        yv: B::Tensor,
+        rope: &B::Rope,
+        start: usize,
+    ) -> BResult<(B::Tensor, B::Tensor)> {
+        let k = self.heads(b, yk, &self.k_bias, self.shape.kv_heads, &self.k_norm)?;
+        let k = b.rope(&k, rope, start)?;
+        let v = self.heads(b, yv, &self.v_bias, self.shape.kv_heads, &None)?;
+        Ok((k, v))
     }
 
     /// Keys (normed and roped at `start..`) and values of `xn [1, L, H]`.
@@ -150,17 +244,8 @@ impl<B: Backend> DecoderLayer<B> {
         rope: &B::Rope,
         start: usize,
     ) -> BResult<(B::Tensor, B::Tensor)> {
-        let k = self.heads(
-            b,
-            xn,
-            &self.k,
-            &self.k_bias,
-            self.shape.kv_heads,
-            &self.k_norm,
-        )?;
-        let k = b.rope(&k, rope, start)?;
-        let v = self.heads(b, xn, &self.v, &self.v_bias, self.shape.kv_heads, &None)?;
-        Ok((k, v))
+        let [yk, yv] = self.project(b, xn, [1, 2])?;
+        self.finish_kv(b, yk, yv, rope, start)
     }
 
     /// Attention over given keys/values, projected back: `[1, L, H]`.
@@ -184,8 +269,12 @@ impl<B: Backend> DecoderLayer<B> {
     /// Residual MLP half of the layer: `x + mlp(norm(x))`.
     pub fn mlp_residual(&self, b: &B, x: &B::Tensor) -> BResult<B::Tensor> {
         let xn = b.rms_norm(x, &self.post_norm, self.shape.eps)?;
-        let g = b.silu(&b.matmul(&xn, &self.gate)?)?;
-        let u = b.matmul(&xn, &self.up)?;
+        let [g, u]: [B::Tensor; 2] = self
+            .gate_up
+            .apply(b, &xn, &[0, 1])?
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("two outputs"));
+        let g = b.silu(&g)?;
         let y = b.matmul(&b.mul(&g, &u)?, &self.down)?;
         b.add(x, &y)
     }

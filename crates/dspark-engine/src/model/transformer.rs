@@ -65,7 +65,7 @@ impl<B: Backend> Transformer<B> {
             qkv_bias: cfg.qkv_bias,
         };
         let layers = (0..cfg.num_layers)
-            .map(|i| DecoderLayer::load(b, src, &format!("model.layers.{i}"), shape))
+            .map(|i| DecoderLayer::load(b, src, &format!("model.layers.{i}"), shape, true))
             .collect::<Result<Vec<_>, _>>()?;
         let norm = tensor(b, src, "model.norm.weight", &[h])?;
         let rope = b
@@ -169,8 +169,7 @@ impl<B: Backend> Transformer<B> {
         let mut tapped = Vec::with_capacity(taps.len());
         for (i, layer) in self.layers.iter().enumerate() {
             let xn = layer.input_norm(b, &x)?;
-            let q = layer.queries(b, &xn, &self.rope, start)?;
-            let (k, v) = layer.keys_values(b, &xn, &self.rope, start)?;
+            let (q, k, v) = layer.queries_keys_values(b, &xn, &self.rope, start)?;
             let (ka, va) = cache.append(b, i, &k, &v)?;
             let a = layer.attend(b, &q, &ka, &va, AttnMask::Causal { offset: start })?;
             let h = b.add(&x, &a)?;

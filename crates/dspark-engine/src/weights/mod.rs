@@ -70,6 +70,62 @@ impl HostTensor {
     }
 }
 
+impl HostTensor {
+    /// Stacks `[out_i, in]` matrices into one `[sum out_i, in]` (fused projections at load).
+    /// `None` when the parts differ in storage kind, dtype, quantization or input size, so the
+    /// caller keeps them apart. Each output row is the same bytes as before, so a fused matmul
+    /// gives the same values as the separate ones.
+    pub fn concat_rows(parts: &[&HostTensor]) -> Option<HostTensor> {
+        let first = parts.first()?;
+        let cols = *first.shape().get(1)?;
+        if parts
+            .iter()
+            .any(|p| p.shape().len() != 2 || p.shape()[1] != cols)
+        {
+            return None;
+        }
+        let rows: usize = parts.iter().map(|p| p.shape()[0]).sum();
+        match first {
+            HostTensor::Dense { dtype, .. } => {
+                let mut bytes = Vec::new();
+                for p in parts {
+                    match p {
+                        HostTensor::Dense {
+                            dtype: d, bytes: b, ..
+                        } if d == dtype => bytes.extend_from_slice(b),
+                        _ => return None,
+                    }
+                }
+                Some(HostTensor::Dense {
+                    shape: vec![rows, cols],
+                    dtype: *dtype,
+                    bytes: bytes.into(),
+                })
+            }
+            HostTensor::Ggml(q0) => {
+                let mut raw = Vec::new();
+                for p in parts {
+                    match p {
+                        HostTensor::Ggml(q) if q.dtype() == q0.dtype() => {
+                            raw.extend_from_slice(&q.data().ok()?)
+                        }
+                        _ => return None,
+                    }
+                }
+                candle_core::quantized::ggml_file::qtensor_from_ggml(
+                    q0.dtype(),
+                    &raw,
+                    vec![rows, cols],
+                    &candle_core::Device::Cpu,
+                )
+                .ok()
+                .map(|q| HostTensor::Ggml(Arc::new(q)))
+            }
+            HostTensor::MlxQuant(_) => None,
+        }
+    }
+}
+
 pub fn dense_to_f32(dtype: DType, bytes: &[u8]) -> Vec<f32> {
     match dtype {
         DType::F32 => bytes

@@ -1,16 +1,18 @@
-//! [`Backend`] on candle: CPU here, CUDA with the `cuda` feature. Quantized GGUF weights can
-//! stay quantized (candle's `QMatMul`) or be dequantized; MLX-quantized weights are
-//! dequantized on load.
+//! [`Backend`] on candle: CPU here, CUDA with the `cuda` feature. Matmul weights and their
+//! forms (dense, GGUF blocks, MLX affine) live in `linear.rs`. On the CPU, few-row matmuls
+//! (decode and verify) and attention run on our own batch-invariant kernels (`backend/cpu/`).
 
-use std::sync::Arc;
+mod linear;
 
-use candle_core::quantized::{GgmlDType, QMatMul};
-use candle_core::{DType as CDType, Device, Module, Tensor, D};
+use candle_core::{DType as CDType, Device, Tensor, D};
 
-use super::{AttnMask, BResult, Backend, BackendError, DType, RopeSpec, RopeStyle};
+pub use linear::CandleLinear;
+
+use super::cpu::ops as cpu_ops;
+use super::{profile, AttnMask, BResult, Backend, BackendError, DType, RopeSpec, RopeStyle};
 use crate::weights::HostTensor;
 
-fn err(e: candle_core::Error) -> BackendError {
+pub(crate) fn err(e: candle_core::Error) -> BackendError {
     BackendError {
         backend: "candle",
         message: e.to_string(),
@@ -31,6 +33,13 @@ pub struct CandleBackend {
     dtype: DType,
     /// Keep GGUF block-quantized weights quantized (CPU `QMatMul`) instead of dequantizing.
     keep_quantized: bool,
+    /// Our CPU kernels (`backend/cpu/`) for decode matmuls and attention; `DSPARK_CPU_KERNELS=0`
+    /// turns them off (candle's own ops), for before/after comparisons in one binary.
+    own_kernels: bool,
+}
+
+fn own_kernels_from_env() -> bool {
+    std::env::var("DSPARK_CPU_KERNELS").map_or(true, |v| v != "0")
 }
 
 /// candle asks the OS for the CPU count on every parallel op unless `RAYON_NUM_THREADS` is
@@ -54,6 +63,7 @@ impl CandleBackend {
             device: Device::Cpu,
             dtype: DType::F32,
             keep_quantized: false,
+            own_kernels: own_kernels_from_env(),
         }
     }
 
@@ -64,6 +74,7 @@ impl CandleBackend {
             device,
             dtype: DType::BF16,
             keep_quantized: false,
+            own_kernels: false,
         })
     }
 
@@ -79,6 +90,11 @@ impl CandleBackend {
 
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// Our CPU kernels apply (CPU device, f32 compute, not turned off).
+    fn cpu_kernels(&self) -> bool {
+        self.own_kernels && self.device.is_cpu() && self.dtype == DType::F32
     }
 
     fn dense_f32_host(&self, host: &HostTensor) -> BResult<Tensor> {
@@ -134,28 +150,6 @@ impl CandleBackend {
     }
 }
 
-/// candle has SIMD CPU kernels for Q4_0, Q8_0 and the K-quants, but only scalar code for
-/// Q4_1/Q5_0/Q5_1: re-quantize those to Q8_0 (near-lossless from 4/5 bits, and still ~4x
-/// smaller than f32). Used for drafters only, where numerics need not match the target.
-fn fast_cpu_format(
-    q: &Arc<candle_core::quantized::QTensor>,
-) -> BResult<Arc<candle_core::quantized::QTensor>> {
-    match q.dtype() {
-        GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 => {
-            let dense = q.dequantize(&Device::Cpu).map_err(err)?;
-            candle_core::quantized::QTensor::quantize(&dense, GgmlDType::Q8_0)
-                .map(Arc::new)
-                .map_err(err)
-        }
-        _ => Ok(Arc::clone(q)),
-    }
-}
-
-pub enum CandleLinear {
-    Dense(Tensor),
-    Quant(QMatMul),
-}
-
 pub struct CandleRope {
     cos: Tensor,
     sin: Tensor,
@@ -192,16 +186,7 @@ impl Backend for CandleBackend {
     }
 
     fn linear(&self, host: &HostTensor) -> BResult<CandleLinear> {
-        if let HostTensor::Ggml(q) = host {
-            let quantized = !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
-            if self.keep_quantized && quantized && self.device.is_cpu() && self.dtype == DType::F32
-            {
-                return QMatMul::from_arc(fast_cpu_format(q)?)
-                    .map(CandleLinear::Quant)
-                    .map_err(err);
-            }
-        }
-        self.tensor(host).map(CandleLinear::Dense)
+        self.load_linear(host)
     }
 
     fn linear_from_tensor(&self, t: &Tensor) -> BResult<CandleLinear> {
@@ -223,12 +208,14 @@ impl Backend for CandleBackend {
     }
 
     fn to_f32_vec(&self, t: &Tensor) -> BResult<Vec<f32>> {
+        let _p = profile::span("to_host");
         t.to_dtype(CDType::F32)
             .and_then(|t| t.flatten_all()?.to_vec1::<f32>())
             .map_err(err)
     }
 
     fn to_u32_vec(&self, t: &Tensor) -> BResult<Vec<u32>> {
+        let _p = profile::span("to_host");
         t.to_dtype(CDType::U32)
             .and_then(|t| t.flatten_all()?.to_vec1::<u32>())
             .map_err(err)
@@ -244,36 +231,16 @@ impl Backend for CandleBackend {
     }
 
     fn to_dtype(&self, t: &Tensor, dtype: DType) -> BResult<Tensor> {
+        let _p = profile::span("to_dtype");
         t.to_dtype(cdtype(dtype)).map_err(err)
     }
 
     fn matmul(&self, x: &Tensor, w: &CandleLinear) -> BResult<Tensor> {
-        match w {
-            CandleLinear::Quant(q) => {
-                let xin = x.to_dtype(CDType::F32).map_err(err)?;
-                q.forward(&xin)
-                    .and_then(|y| y.to_dtype(x.dtype()))
-                    .map_err(err)
-            }
-            CandleLinear::Dense(w) => {
-                let dims = x.dims().to_vec();
-                let k = *dims
-                    .last()
-                    .ok_or_else(|| err(candle_core::Error::Msg("matmul on a scalar".into())))?;
-                let rows: usize = dims[..dims.len() - 1].iter().product();
-                let out = w.dim(0).map_err(err)?;
-                let y = x
-                    .reshape((rows, k))
-                    .and_then(|x2| x2.matmul(&w.t()?))
-                    .map_err(err)?;
-                let mut od = dims;
-                *od.last_mut().unwrap() = out;
-                y.reshape(od).map_err(err)
-            }
-        }
+        self.linear_matmul(x, w)
     }
 
     fn embedding(&self, table: &Tensor, ids: &Tensor) -> BResult<Tensor> {
+        let _p = profile::span("embedding");
         let mut dims = ids.dims().to_vec();
         dims.push(table.dim(1).map_err(err)?);
         let n = ids.elem_count();
@@ -296,6 +263,7 @@ impl Backend for CandleBackend {
     }
 
     fn rms_norm(&self, x: &Tensor, w: &Tensor, eps: f32) -> BResult<Tensor> {
+        let _p = profile::span("rms_norm");
         let x = x.contiguous().map_err(err)?;
         candle_nn::ops::rms_norm(&x, w, eps).map_err(err)
     }
@@ -325,6 +293,7 @@ impl Backend for CandleBackend {
     }
 
     fn rope(&self, x: &Tensor, rope: &CandleRope, start: usize) -> BResult<Tensor> {
+        let _p = profile::span("rope");
         let l = x.dim(2).map_err(err)?;
         if start + l > rope.max {
             return Err(err(candle_core::Error::Msg(format!(
@@ -351,12 +320,27 @@ impl Backend for CandleBackend {
         mask: AttnMask,
         scale: f32,
     ) -> BResult<Tensor> {
+        let _p = profile::span("attention");
         let (b, hq, lq, d) = q.dims4().map_err(err)?;
         let (_, hkv, lk, _) = k.dims4().map_err(err)?;
         if hkv == 0 || hq % hkv != 0 {
             return Err(err(candle_core::Error::Msg(format!(
                 "{hq} query heads vs {hkv} kv heads"
             ))));
+        }
+        if self.cpu_kernels() && [q, k, v].iter().all(|t| t.dtype() == CDType::F32) {
+            // reads the cache views in place; only a non-unit inner stride forces a copy
+            let inner = |t: &Tensor| -> BResult<Tensor> {
+                if t.stride().last() == Some(&1) {
+                    Ok(t.clone())
+                } else {
+                    t.contiguous().map_err(err)
+                }
+            };
+            let (q, k, v) = (inner(q)?, inner(k)?, inner(v)?);
+            return q
+                .apply_op3_no_bwd(&k, &v, &cpu_ops::Attention { mask, scale })
+                .map_err(err);
         }
         let rep = hq / hkv;
         // group query heads onto their kv head: [b, hkv, rep*lq, d]
@@ -384,26 +368,32 @@ impl Backend for CandleBackend {
     }
 
     fn silu(&self, x: &Tensor) -> BResult<Tensor> {
+        let _p = profile::span("silu");
         x.silu().map_err(err)
     }
 
     fn gelu_tanh(&self, x: &Tensor) -> BResult<Tensor> {
+        let _p = profile::span("gelu");
         x.gelu().map_err(err)
     }
 
     fn sigmoid(&self, x: &Tensor) -> BResult<Tensor> {
+        let _p = profile::span("sigmoid");
         candle_nn::ops::sigmoid(x).map_err(err)
     }
 
     fn mul(&self, a: &Tensor, b: &Tensor) -> BResult<Tensor> {
+        let _p = profile::span("mul");
         a.broadcast_mul(b).map_err(err)
     }
 
     fn add(&self, a: &Tensor, b: &Tensor) -> BResult<Tensor> {
+        let _p = profile::span("add");
         a.broadcast_add(b).map_err(err)
     }
 
     fn scale(&self, x: &Tensor, s: f32) -> BResult<Tensor> {
+        let _p = profile::span("scale");
         (x * s as f64).map_err(err)
     }
 
@@ -415,14 +405,17 @@ impl Backend for CandleBackend {
     }
 
     fn softmax_last(&self, x: &Tensor) -> BResult<Tensor> {
+        let _p = profile::span("softmax");
         candle_nn::ops::softmax_last_dim(&x.contiguous().map_err(err)?).map_err(err)
     }
 
     fn argmax_last(&self, x: &Tensor) -> BResult<Tensor> {
+        let _p = profile::span("argmax");
         x.argmax(D::Minus1).map_err(err)
     }
 
     fn topk_last(&self, x: &Tensor, k: usize) -> BResult<(Tensor, Tensor)> {
+        let _p = profile::span("topk");
         let idx = x
             .contiguous()
             .and_then(|x| x.arg_sort_last_dim(false))
@@ -437,6 +430,7 @@ impl Backend for CandleBackend {
     }
 
     fn concat(&self, ts: &[&Tensor], dim: usize) -> BResult<Tensor> {
+        let _p = profile::span("concat");
         Tensor::cat(ts, dim).map_err(err)
     }
 
@@ -459,6 +453,7 @@ impl Backend for CandleBackend {
         dim: usize,
         offset: usize,
     ) -> BResult<Tensor> {
+        let _p = profile::span("kv_write");
         let src = src.contiguous().map_err(err)?;
         dst.slice_set(&src, dim, offset).map_err(err)?;
         Ok(dst.clone())

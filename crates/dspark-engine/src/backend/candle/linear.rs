@@ -1,0 +1,213 @@
+//! Matmul weights on candle: dense (f32, or bf16 kept under f32 compute), GGUF blocks run by
+//! our kernels (Q8_0/Q4_0/Q4_1), K-quants through candle's `QMatMul`, MLX affine 4/8-bit run
+//! packed; and the matmul that dispatches on the form (GEMV for few rows, GEMM for prefill).
+
+use std::sync::Arc;
+
+use candle_core::quantized::{GgmlDType, QMatMul};
+use candle_core::{DType as CDType, Device, Module, Tensor};
+
+use super::{err, CandleBackend};
+use crate::backend::cpu::affine::{self, Affine, OwnedParams};
+use crate::backend::cpu::qgemv::QFormat;
+use crate::backend::cpu::{gemv::MAX_ROWS, ops as cpu_ops};
+use crate::backend::{profile, BResult, Backend, DType};
+use crate::weights::HostTensor;
+
+/// Our kernels run Q8_0, Q4_0 and Q4_1 (`backend/cpu/qgemv.rs`); candle has SIMD kernels for
+/// the K-quants but only scalar code for Q5_0/Q5_1: re-quantize those to Q8_0 (near-lossless
+/// from 5 bits, and still ~4x smaller than f32).
+fn fast_cpu_format(
+    q: &Arc<candle_core::quantized::QTensor>,
+) -> BResult<Arc<candle_core::quantized::QTensor>> {
+    match q.dtype() {
+        GgmlDType::Q5_0 | GgmlDType::Q5_1 => {
+            let dense = q.dequantize(&Device::Cpu).map_err(err)?;
+            candle_core::quantized::QTensor::quantize(&dense, GgmlDType::Q8_0)
+                .map(Arc::new)
+                .map_err(err)
+        }
+        _ => Ok(Arc::clone(q)),
+    }
+}
+
+pub enum CandleLinear {
+    Dense(Tensor),
+    /// GGUF formats without a kernel of ours (K-quants): candle's quantized matmul.
+    Quant(QMatMul),
+    /// GGUF blocks run by `backend/cpu/qgemv.rs`: `out` rows of `in / 32` blocks.
+    Blocks {
+        bytes: Arc<[u8]>,
+        fmt: QFormat,
+        out: usize,
+    },
+    /// MLX affine 4/8-bit codes as stored, run by `backend/cpu/affine.rs` (f32 activations).
+    Affine {
+        codes: Vec<u8>,
+        bits: usize,
+        group: usize,
+        scales: OwnedParams,
+        biases: OwnedParams,
+        out: usize,
+    },
+}
+
+fn owned_params(dtype: DType, bytes: &[u8]) -> OwnedParams {
+    match dtype {
+        DType::F32 => OwnedParams::F32(crate::weights::dense_to_f32(dtype, bytes)),
+        DType::F16 => OwnedParams::F16(
+            bytes
+                .chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]))
+                .collect(),
+        ),
+        DType::BF16 => OwnedParams::Bf16(
+            bytes
+                .chunks_exact(2)
+                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]))
+                .collect(),
+        ),
+    }
+}
+
+fn our_block_format(d: GgmlDType) -> Option<QFormat> {
+    match d {
+        GgmlDType::Q8_0 => Some(QFormat::Q8_0),
+        GgmlDType::Q4_0 => Some(QFormat::Q4_0),
+        GgmlDType::Q4_1 => Some(QFormat::Q4_1),
+        _ => None,
+    }
+}
+
+impl CandleBackend {
+    /// A matmul weight in the best form this backend can run (see [`CandleLinear`]).
+    pub(super) fn load_linear(&self, host: &HostTensor) -> BResult<CandleLinear> {
+        if let HostTensor::Ggml(q) = host {
+            let quantized = !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+            if self.keep_quantized && quantized && self.device.is_cpu() && self.dtype == DType::F32
+            {
+                let q = fast_cpu_format(q)?;
+                let ours = our_block_format(q.dtype()).filter(|_| self.cpu_kernels());
+                if let Some(fmt) = ours {
+                    let bytes: Arc<[u8]> = q.data().map_err(err)?.as_ref().into();
+                    return Ok(CandleLinear::Blocks {
+                        bytes,
+                        fmt,
+                        out: q.shape().dims()[0],
+                    });
+                }
+                return QMatMul::from_arc(q).map(CandleLinear::Quant).map_err(err);
+            }
+        }
+        // MLX affine 4/8-bit weights stay packed on the CPU (f32 activations, so the results
+        // are the dequantized matmul's up to f32 rounding)
+        if let HostTensor::MlxQuant(m) = host {
+            if self.cpu_kernels() && affine::supported(m.bits, m.group_size, m.in_features) {
+                m.validate().map_err(|e| err(candle_core::Error::Msg(e)))?;
+                return Ok(CandleLinear::Affine {
+                    codes: m.packed.iter().flat_map(|w| w.to_le_bytes()).collect(),
+                    bits: m.bits,
+                    group: m.group_size,
+                    scales: owned_params(m.scales.0, &m.scales.1),
+                    biases: owned_params(m.biases.0, &m.biases.1),
+                    out: m.out_features,
+                });
+            }
+        }
+        // bf16 weights under f32 compute on the CPU stay bf16 (half the memory and bandwidth):
+        // the GEMV widens them in registers, exactly (bf16 -> f32 is lossless).
+        if let HostTensor::Dense {
+            dtype: DType::BF16, ..
+        } = host
+        {
+            if self.cpu_kernels() {
+                return self.dense_f32_host(host).map(CandleLinear::Dense);
+            }
+        }
+        self.tensor(host).map(CandleLinear::Dense)
+    }
+
+    /// `x[.., in] @ w^T`.
+    pub(super) fn linear_matmul(&self, x: &Tensor, w: &CandleLinear) -> BResult<Tensor> {
+        let _p = profile::span(match w {
+            CandleLinear::Dense(_) => "matmul.dense",
+            CandleLinear::Quant(_) => "matmul.candle-quant",
+            CandleLinear::Blocks { .. } => "matmul.blocks",
+            CandleLinear::Affine { .. } => "matmul.affine",
+        });
+        match w {
+            CandleLinear::Affine {
+                codes,
+                bits,
+                group,
+                scales,
+                biases,
+                out,
+            } => {
+                let op = cpu_ops::AffineGemv {
+                    w: Affine {
+                        codes,
+                        bits: *bits,
+                        group: *group,
+                        scales: scales.view(),
+                        biases: biases.view(),
+                    },
+                    n: *out,
+                };
+                x.to_dtype(CDType::F32)
+                    .and_then(|x| x.contiguous())
+                    .and_then(|x| x.apply_op1_no_bwd(&op))
+                    .and_then(|y| y.to_dtype(x.dtype()))
+                    .map_err(err)
+            }
+            CandleLinear::Blocks { bytes, fmt, out } => {
+                let op = cpu_ops::QGemv {
+                    bytes,
+                    fmt: *fmt,
+                    n: *out,
+                };
+                x.to_dtype(CDType::F32)
+                    .and_then(|x| x.contiguous())
+                    .and_then(|x| x.apply_op1_no_bwd(&op))
+                    .and_then(|y| y.to_dtype(x.dtype()))
+                    .map_err(err)
+            }
+            CandleLinear::Quant(q) => {
+                let xin = x.to_dtype(CDType::F32).map_err(err)?;
+                q.forward(&xin)
+                    .and_then(|y| y.to_dtype(x.dtype()))
+                    .map_err(err)
+            }
+            CandleLinear::Dense(w) => {
+                let dims = x.dims().to_vec();
+                let k = *dims
+                    .last()
+                    .ok_or_else(|| err(candle_core::Error::Msg("matmul on a scalar".into())))?;
+                let rows: usize = dims[..dims.len() - 1].iter().product();
+                let cpu_kernel = self.cpu_kernels()
+                    && x.dtype() == CDType::F32
+                    && matches!(w.dtype(), CDType::F32 | CDType::BF16);
+                if cpu_kernel && rows <= MAX_ROWS {
+                    return x
+                        .contiguous()
+                        .and_then(|x| x.apply_op2_no_bwd(w, &cpu_ops::Gemv))
+                        .map_err(err);
+                }
+                // prefill: a blocked GEMM (bf16 weights widened for the call)
+                let w = if w.dtype() != x.dtype() {
+                    w.to_dtype(x.dtype()).map_err(err)?
+                } else {
+                    w.clone()
+                };
+                let out = w.dim(0).map_err(err)?;
+                let y = x
+                    .reshape((rows, k))
+                    .and_then(|x2| x2.matmul(&w.t()?))
+                    .map_err(err)?;
+                let mut od = dims;
+                *od.last_mut().unwrap() = out;
+                y.reshape(od).map_err(err)
+            }
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! candle custom ops around the kernels of this folder. They read candle's CPU storage through
+//! its layouts, so weights and the KV cache are used where they lie (no copies).
+
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, Shape};
+
+use super::affine::{affine_gemv, Affine};
+use super::attention::{attention, View};
+use super::gemv::{gemv_bf16, gemv_f32};
+use super::qgemv::{qgemv, QFormat};
+use crate::backend::AttnMask;
+
+fn msg(m: impl std::fmt::Display) -> candle_core::Error {
+    candle_core::Error::Msg(m.to_string())
+}
+
+/// `x[.., k] · w[n, k]ᵀ -> [.., n]` for few rows, x f32 (contiguous), w f32 or bf16.
+pub struct Gemv;
+
+impl CustomOp2 for Gemv {
+    fn name(&self) -> &'static str {
+        "dspark-gemv"
+    }
+
+    fn cpu_fwd(
+        &self,
+        xs: &CpuStorage,
+        xl: &Layout,
+        ws: &CpuStorage,
+        wl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (x0, x1) = xl
+            .contiguous_offsets()
+            .ok_or_else(|| msg("gemv: x not contiguous"))?;
+        let (w0, w1) = wl
+            .contiguous_offsets()
+            .ok_or_else(|| msg("gemv: w not contiguous"))?;
+        let (xd, wd) = (xl.dims(), wl.dims());
+        let (&k, lead) = xd.split_last().ok_or_else(|| msg("gemv: x is a scalar"))?;
+        if wd.len() != 2 || wd[1] != k {
+            return Err(msg(format!("gemv: x {xd:?} does not fit w {wd:?}")));
+        }
+        let (m, n) = (lead.iter().product::<usize>(), wd[0]);
+        let x = match xs {
+            CpuStorage::F32(v) => &v[x0..x1],
+            _ => return Err(msg("gemv: x must be f32")),
+        };
+        let mut y = vec![0f32; m * n];
+        match ws {
+            CpuStorage::F32(w) => gemv_f32(x, m, k, &w[w0..w1], n, &mut y),
+            CpuStorage::BF16(w) => gemv_bf16(x, m, k, &w[w0..w1], n, &mut y),
+            _ => return Err(msg("gemv: w must be f32 or bf16")),
+        }
+        let mut od = xd.to_vec();
+        *od.last_mut().unwrap() = n;
+        Ok((CpuStorage::F32(y), Shape::from(od)))
+    }
+}
+
+/// Grouped-query attention over strided f32 `q [b,hq,lq,d]`, `k`/`v [b,hkv,lk,d]`.
+pub struct Attention {
+    pub mask: AttnMask,
+    pub scale: f32,
+}
+
+fn view<'a>(s: &'a CpuStorage, l: &Layout) -> Result<View<'a>> {
+    let data = match s {
+        CpuStorage::F32(v) => v.as_slice(),
+        _ => return Err(msg("attention: tensors must be f32")),
+    };
+    let (d, st) = (l.dims(), l.stride());
+    if d.len() != 4 {
+        return Err(msg(format!("attention: want 4-d tensors, got {d:?}")));
+    }
+    Ok(View {
+        data,
+        offset: l.start_offset(),
+        dims: [d[0], d[1], d[2], d[3]],
+        strides: [st[0], st[1], st[2], st[3]],
+    })
+}
+
+impl CustomOp3 for Attention {
+    fn name(&self) -> &'static str {
+        "dspark-attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        qs: &CpuStorage,
+        ql: &Layout,
+        ks: &CpuStorage,
+        kl: &Layout,
+        vs: &CpuStorage,
+        vl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (q, k, v) = (view(qs, ql)?, view(ks, kl)?, view(vs, vl)?);
+        let out = attention(q, k, v, self.mask, self.scale).map_err(msg)?;
+        Ok((CpuStorage::F32(out), Shape::from(ql.dims().to_vec())))
+    }
+}
+
+/// `x[.., k] · W[n, k]ᵀ` with W in GGUF blocks (`bytes`: n rows of k/32 blocks of `fmt`).
+pub struct QGemv<'a> {
+    pub bytes: &'a [u8],
+    pub fmt: QFormat,
+    pub n: usize,
+}
+
+impl CustomOp1 for QGemv<'_> {
+    fn name(&self) -> &'static str {
+        "dspark-qgemv"
+    }
+
+    fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (x0, x1) = xl
+            .contiguous_offsets()
+            .ok_or_else(|| msg("qgemv: x not contiguous"))?;
+        let xd = xl.dims();
+        let (&k, lead) = xd.split_last().ok_or_else(|| msg("qgemv: x is a scalar"))?;
+        let row_bytes = k / super::qgemv::QK * self.fmt.block_bytes();
+        if !k.is_multiple_of(super::qgemv::QK) || self.bytes.len() != self.n * row_bytes {
+            return Err(msg(format!(
+                "qgemv: x {xd:?} does not fit {} rows of {:?} ({} bytes)",
+                self.n,
+                self.fmt,
+                self.bytes.len()
+            )));
+        }
+        let x = match xs {
+            CpuStorage::F32(v) => &v[x0..x1],
+            _ => return Err(msg("qgemv: x must be f32")),
+        };
+        let m = lead.iter().product::<usize>();
+        let mut y = vec![0f32; m * self.n];
+        qgemv(x, m, k, self.bytes, self.fmt, self.n, &mut y);
+        let mut od = xd.to_vec();
+        *od.last_mut().unwrap() = self.n;
+        Ok((CpuStorage::F32(y), Shape::from(od)))
+    }
+}
+
+/// `x[.., k] · W[n, k]ᵀ` with W MLX affine-quantized (codes, scales and biases as stored).
+pub struct AffineGemv<'a> {
+    pub w: Affine<'a>,
+    pub n: usize,
+}
+
+impl CustomOp1 for AffineGemv<'_> {
+    fn name(&self) -> &'static str {
+        "dspark-affine-gemv"
+    }
+
+    fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (x0, x1) = xl
+            .contiguous_offsets()
+            .ok_or_else(|| msg("affine: x not contiguous"))?;
+        let xd = xl.dims();
+        let (&k, lead) = xd
+            .split_last()
+            .ok_or_else(|| msg("affine: x is a scalar"))?;
+        if !super::affine::supported(self.w.bits, self.w.group, k)
+            || self.w.codes.len() != self.n * k * self.w.bits / 8
+        {
+            return Err(msg(format!(
+                "affine: x {xd:?} does not fit the {}-bit weight",
+                self.w.bits
+            )));
+        }
+        let x = match xs {
+            CpuStorage::F32(v) => &v[x0..x1],
+            _ => return Err(msg("affine: x must be f32")),
+        };
+        let m = lead.iter().product::<usize>();
+        let mut y = vec![0f32; m * self.n];
+        affine_gemv(x, m, k, self.w, self.n, &mut y);
+        let mut od = xd.to_vec();
+        *od.last_mut().unwrap() = self.n;
+        Ok((CpuStorage::F32(y), Shape::from(od)))
+    }
+}

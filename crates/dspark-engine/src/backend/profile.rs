@@ -1,0 +1,56 @@
+//! Opt-in wall-time profile per backend operation (`DSPARK_PROFILE=1`), for `dspark bench`'s
+//! per-op table. The candle CPU backend is eager, so each op's span is its own cost.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+fn table() -> &'static Mutex<BTreeMap<&'static str, (f64, u64)>> {
+    static T: OnceLock<Mutex<BTreeMap<&'static str, (f64, u64)>>> = OnceLock::new();
+    T.get_or_init(Default::default)
+}
+
+/// Whether `DSPARK_PROFILE` is set to something other than `0` (read once).
+pub fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("DSPARK_PROFILE").is_ok_and(|v| v != "0" && !v.is_empty()))
+}
+
+/// Records the time until it is dropped under `name`.
+pub struct Span {
+    name: &'static str,
+    start: Instant,
+}
+
+impl Drop for Span {
+    fn drop(&mut self) {
+        let dt = self.start.elapsed().as_secs_f64();
+        if let Ok(mut t) = table().lock() {
+            let e = t.entry(self.name).or_insert((0.0, 0));
+            e.0 += dt;
+            e.1 += 1;
+        }
+    }
+}
+
+/// A span when profiling is on.
+pub fn span(name: &'static str) -> Option<Span> {
+    enabled().then(|| Span {
+        name,
+        start: Instant::now(),
+    })
+}
+
+/// `(op, seconds, calls)` recorded so far, largest first; clears the table.
+pub fn take() -> Vec<(&'static str, f64, u64)> {
+    let mut t = match table().lock() {
+        Ok(t) => t,
+        Err(p) => p.into_inner(),
+    };
+    let mut v: Vec<_> = std::mem::take(&mut *t)
+        .into_iter()
+        .map(|(k, (s, n))| (k, s, n))
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    v
+}

@@ -1,0 +1,85 @@
+//! Quantized matmuls on the demo's real tensors (SmolLM2-135M GGUF): every weight of the
+//! first two layers and the token embedding (the LM head), run kept quantized by our CPU
+//! kernels, must equal the matmul with the same weights dequantized to f32 within the bound
+//! that 8-bit activation rounding allows: Σ_blocks Σ_i |w_i| · max|x_block| / 254, plus 1e-5
+//! relative f32 slop. Also checks that a verify-sized batch gives the same bits per row as a
+//! one-row call (batch invariance) on the real weights.
+
+use dspark_engine::backend::candle::CandleBackend;
+use dspark_engine::backend::Backend;
+use dspark_engine::weights::gguf::GgufSource;
+use dspark_engine::weights::WeightSource;
+use dspark_tests::artefact;
+
+fn rng(seed: &mut u64) -> f32 {
+    *seed = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+}
+
+#[test]
+fn quantized_matmul_on_real_tensors_is_within_the_activation_rounding_bound() {
+    let src = GgufSource::open(&artefact("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let quant = CandleBackend::cpu().keep_quantized(true);
+    let dense = CandleBackend::cpu();
+    let mut names = vec!["model.embed_tokens.weight".to_string()];
+    for l in 0..2 {
+        for m in [
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.o_proj",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+        ] {
+            names.push(format!("model.layers.{l}.{m}.weight"));
+        }
+    }
+    let mut seed = 1;
+    let mut checked = 0;
+    for name in &names {
+        let host = src.get(name).unwrap();
+        let shape = host.shape();
+        let (n, k) = (shape[0], shape[1]);
+        let w = host.to_f32().unwrap();
+        let (wq, wd) = (quant.linear(&host).unwrap(), dense.linear(&host).unwrap());
+        for m in [1usize, 5] {
+            let x: Vec<f32> = (0..m * k).map(|_| rng(&mut seed)).collect();
+            let xq = quant.from_f32(&x, &[1, m, k]).unwrap();
+            let yq = quant.to_f32_vec(&quant.matmul(&xq, &wq).unwrap()).unwrap();
+            let yd = dense.to_f32_vec(&dense.matmul(&xq, &wd).unwrap()).unwrap();
+            for r in 0..m {
+                let xr = &x[r * k..(r + 1) * k];
+                // sample columns (the embedding has 49152 rows)
+                for j in (0..n).step_by((n / 97).max(1)) {
+                    let wj = &w[j * k..(j + 1) * k];
+                    let bound: f64 = xr
+                        .chunks(32)
+                        .zip(wj.chunks(32))
+                        .map(|(xb, wb)| {
+                            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
+                            wb.iter().map(|v| v.abs() as f64).sum::<f64>() * amax / 254.0
+                        })
+                        .sum::<f64>();
+                    let (q, d) = (yq[r * n + j] as f64, yd[r * n + j] as f64);
+                    assert!(!q.is_nan() && !d.is_nan(), "{name}: NaN");
+                    let tol = bound + 1e-5 * (1.0 + d.abs());
+                    assert!(
+                        (q - d).abs() <= tol,
+                        "{name} [{r},{j}]: quantized {q} vs dequantized {d} (bound {tol})"
+                    );
+                }
+            }
+            if m == 5 {
+                // batch invariance: row 3 alone gives the same bits as in the batch of 5
+                let x1 = quant.from_f32(&x[3 * k..4 * k], &[1, 1, k]).unwrap();
+                let y1 = quant.to_f32_vec(&quant.matmul(&x1, &wq).unwrap()).unwrap();
+                assert_eq!(y1[..], yq[3 * n..4 * n], "{name}: row 3 differs alone");
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 2 * names.len());
+}
