@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""Loss curves of a drafter training run (train.py's train_log.json) as one PNG.
+
+  python scripts/train/plot.py ckpt/train_log.json docs/drafter-training-smollm2.png
+"""
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main():
+    src, dst = sys.argv[1], sys.argv[2]
+    d = json.load(open(src))
+    log = d["log"]
+    steps = [r["step"] for r in log]
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    for key, label in [("dflash_loss", "DFlash b16: weighted CE"), ("dspark_loss", "DSpark b7: 0.1 CE + 0.9 L1"),
+                       ("dspark_ce", "DSpark b7: weighted CE"), ("dspark_conf_bce", "DSpark b7: confidence BCE")]:
+        if key in log[0]:
+            ax[0].plot(steps, [r[key] for r in log], label=label)
+    ax[0].set_xlabel("step")
+    ax[0].set_ylabel("training loss")
+    ax[0].set_yscale("log")
+    ax[0].legend()
+    for key, label in [("dflash_tau", "DFlash b16"), ("dspark_tau", "DSpark b7")]:
+        if key in log[0]:
+            ax[1].plot(steps, [r[key] for r in log], label=label)
+    ax[1].set_xlabel("step")
+    ax[1].set_ylabel("accepted + 1 at a random anchor (train batch)")
+    ax[1].legend()
+    s = d["summary"]
+    fig.suptitle(f"SmolLM2-135M drafters: {s['steps']} steps, {s['epochs']:.1f} epochs of {s['sequences']} "
+                 f"sequences, {s['train_seconds']:.0f} s on one H200")
+    fig.tight_layout()
+    fig.savefig(dst, dpi=90)
+
+
+if __name__ == "__main__":
+    main()
