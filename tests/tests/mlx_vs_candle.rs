@@ -18,7 +18,7 @@ use dspark_tests::{artefact, as_u32s, candle_backend, fixture, golden, max_abs_d
 
 const TOL: f32 = 1e-4;
 /// Every position of every prompt on the 30-layer demo model (f32 noise floor, see below).
-const ALL_POSITIONS_TOL_DEEP: f32 = 2e-4;
+const ALL_POSITIONS_TOL_DEEP: f32 = 3e-4;
 const VARIANTS: [&str; 5] = ["qwen3", "qwen3-tied", "llama", "qwen3-bf16", "qwen3-mlx4"];
 
 fn greedy(n: usize) -> GenParams {
@@ -90,8 +90,10 @@ fn demo_smollm2_agrees() {
     let g = golden("smollm2_greedy.json");
     for run in g["runs"].as_array().unwrap() {
         let ids = as_u32s(&run["prompt_ids"]);
-        // 30 layers of f32 with different BLAS summation orders (OpenBLAS vs gemm): typical
-        // per-position differences are 4e-5, the worst of ~1.3M logits (|logit| <= 39) 1.03e-4
+        // 30 layers of f32 with different summation orders (MLX's OpenBLAS vs our batch-
+        // invariant GEMV and attention): typical per-position differences are 4e-5, the worst
+        // of ~1.3M logits (|logit| <= 39, so ~5e-6 relative) 2.03e-4; the last position of
+        // each prompt (what decoding consumes) stays within 1e-4, and greedy tokens are equal
         compare(
             "smollm2",
             &c.model,
