@@ -80,6 +80,14 @@ def run_llama(path, ids, max_tokens, threads):
     prefill_s = decode_s = 0.0
     prompt_tokens = new_tokens = 0
     outs = []
+    n_vocab = llm.n_vocab()
+
+    def last_argmax():
+        # the last position's logits straight from the context (llama-cpp-python keeps
+        # `scores` only with logits_all, which would also compute the head for every prompt row)
+        ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+        return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(n_vocab,))))
+
     for p in ids:
         llm.reset()
         t = time.perf_counter()
@@ -88,11 +96,11 @@ def run_llama(path, ids, max_tokens, threads):
         prompt_tokens += len(p)
         toks = []
         t = time.perf_counter()
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = last_argmax()
         for _ in range(max_tokens - 1):
             toks.append(tok)
             llm.eval([tok])
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            tok = last_argmax()
         toks.append(tok)
         decode_s += time.perf_counter() - t
         new_tokens += max_tokens - 1

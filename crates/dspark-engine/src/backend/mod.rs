@@ -140,6 +140,11 @@ pub trait Backend: Clone + Send + 'static {
         scale: f32,
     ) -> BResult<Self::Tensor>;
     fn silu(&self, x: &Self::Tensor) -> BResult<Self::Tensor>;
+    /// `silu(gate) · up` (the SwiGLU MLP's activation); backends may fuse it.
+    fn swiglu(&self, gate: &Self::Tensor, up: &Self::Tensor) -> BResult<Self::Tensor> {
+        let g = self.silu(gate)?;
+        self.mul(&g, up)
+    }
     fn gelu_tanh(&self, x: &Self::Tensor) -> BResult<Self::Tensor>;
     fn sigmoid(&self, x: &Self::Tensor) -> BResult<Self::Tensor>;
     fn mul(&self, a: &Self::Tensor, b: &Self::Tensor) -> BResult<Self::Tensor>;

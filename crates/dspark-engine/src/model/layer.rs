@@ -274,8 +274,7 @@ impl<B: Backend> DecoderLayer<B> {
             .apply(b, &xn, &[0, 1])?
             .try_into()
             .unwrap_or_else(|_| unreachable!("two outputs"));
-        let g = b.silu(&g)?;
-        let y = b.matmul(&b.mul(&g, &u)?, &self.down)?;
+        let y = b.matmul(&b.swiglu(&g, &u)?, &self.down)?;
         b.add(x, &y)
     }
 }

@@ -372,6 +372,16 @@ impl Backend for CandleBackend {
         x.silu().map_err(err)
     }
 
+    fn swiglu(&self, gate: &Tensor, up: &Tensor) -> BResult<Tensor> {
+        let _p = profile::span("swiglu");
+        let inner = |t: &Tensor| t.stride().last() == Some(&1) || t.dims().last() == Some(&1);
+        let f32s = gate.dtype() == CDType::F32 && up.dtype() == CDType::F32;
+        if self.cpu_kernels() && f32s && inner(gate) && inner(up) {
+            return gate.apply_op2_no_bwd(up, &cpu_ops::Swiglu).map_err(err);
+        }
+        gate.silu().and_then(|g| g.broadcast_mul(up)).map_err(err)
+    }
+
     fn gelu_tanh(&self, x: &Tensor) -> BResult<Tensor> {
         let _p = profile::span("gelu");
         x.gelu().map_err(err)

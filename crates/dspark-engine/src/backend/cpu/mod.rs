@@ -9,3 +9,4 @@ pub mod attention;
 pub mod gemv;
 pub mod ops;
 pub mod qgemv;
+pub mod swiglu;

@@ -7,6 +7,7 @@ use super::affine::{affine_gemv, Affine};
 use super::attention::{attention, View};
 use super::gemv::{gemv_bf16, gemv_f32};
 use super::qgemv::{qgemv, QFormat};
+use super::swiglu::{swiglu, Rows};
 use crate::backend::AttnMask;
 
 fn msg(m: impl std::fmt::Display) -> candle_core::Error {
@@ -176,5 +177,47 @@ impl CustomOp1 for AffineGemv<'_> {
         let mut od = xd.to_vec();
         *od.last_mut().unwrap() = self.n;
         Ok((CpuStorage::F32(y), Shape::from(od)))
+    }
+}
+
+/// `silu(gate) · up` over two f32 views with the same shape (last axis contiguous).
+pub struct Swiglu;
+
+fn rows<'a>(s: &'a CpuStorage, l: &'a Layout) -> Result<Rows<'a>> {
+    let data = match s {
+        CpuStorage::F32(v) => v.as_slice(),
+        _ => return Err(msg("swiglu: tensors must be f32")),
+    };
+    let (d, st) = (l.dims(), l.stride());
+    let (&len, lead) = d.split_last().ok_or_else(|| msg("swiglu: scalar"))?;
+    if len > 1 && st[d.len() - 1] != 1 {
+        return Err(msg("swiglu: the last axis must be contiguous"));
+    }
+    Ok(Rows {
+        data,
+        offset: l.start_offset(),
+        lead_dims: lead,
+        lead_strides: &st[..lead.len()],
+        len,
+    })
+}
+
+impl CustomOp2 for Swiglu {
+    fn name(&self) -> &'static str {
+        "dspark-swiglu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        gs: &CpuStorage,
+        gl: &Layout,
+        us: &CpuStorage,
+        ul: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        if gl.dims() != ul.dims() {
+            return Err(msg(format!("swiglu: {:?} vs {:?}", gl.dims(), ul.dims())));
+        }
+        let out = swiglu(rows(gs, gl)?, rows(us, ul)?);
+        Ok((CpuStorage::F32(out), Shape::from(gl.dims().to_vec())))
     }
 }
