@@ -154,11 +154,7 @@ impl CandleBackend {
                     },
                     n: *out,
                 };
-                x.to_dtype(CDType::F32)
-                    .and_then(|x| x.contiguous())
-                    .and_then(|x| x.apply_op1_no_bwd(&op))
-                    .and_then(|y| y.to_dtype(x.dtype()))
-                    .map_err(err)
+                on_f32(x, &op)
             }
             CandleLinear::Blocks { bytes, fmt, out } => {
                 let op = cpu_ops::QGemv {
@@ -166,11 +162,7 @@ impl CandleBackend {
                     fmt: *fmt,
                     n: *out,
                 };
-                x.to_dtype(CDType::F32)
-                    .and_then(|x| x.contiguous())
-                    .and_then(|x| x.apply_op1_no_bwd(&op))
-                    .and_then(|y| y.to_dtype(x.dtype()))
-                    .map_err(err)
+                on_f32(x, &op)
             }
             CandleLinear::Quant(q) => {
                 let xin = x.to_dtype(CDType::F32).map_err(err)?;
@@ -210,4 +202,13 @@ impl CandleBackend {
             }
         }
     }
+}
+
+/// Runs a custom op of ours on `x` as contiguous f32, giving the result in `x`'s dtype.
+fn on_f32(x: &Tensor, op: &impl candle_core::CustomOp1) -> BResult<Tensor> {
+    x.to_dtype(CDType::F32)
+        .and_then(|x| x.contiguous())
+        .and_then(|x| x.apply_op1_no_bwd(op))
+        .and_then(|y| y.to_dtype(x.dtype()))
+        .map_err(err)
 }

@@ -6,8 +6,6 @@
 //! Per output: Σ_groups [scale_g · Σ_i q_i x_i + bias_g · Σ_i x_i], groups in order, each
 //! inner sum in 8 f32 lanes: the same sequence for every row count (batch invariance).
 
-use rayon::prelude::*;
-
 /// Scales/biases as MLX stores them (one value per group, row-major `[out, in / group]`).
 #[derive(Clone, Copy)]
 pub enum GroupParams<'a> {
@@ -76,11 +74,9 @@ pub fn affine_gemv(x: &[f32], m: usize, k: usize, w: Affine<'_>, n: usize, y: &m
     // per row and group: Σ x (for the bias term)
     let xsum: Vec<f32> = x.chunks_exact(w.group).map(|g| g.iter().sum()).collect();
     let kern = kernel(w.bits);
-    let out = SyncPtr(y.as_mut_ptr());
     const COLS_PER_TASK: usize = 32;
-    let run = |t: usize| {
-        let j0 = t * COLS_PER_TASK;
-        for j in j0..(j0 + COLS_PER_TASK).min(n) {
+    super::column_tasks(y, n, COLS_PER_TASK, n * k * m, |cols| {
+        for j in cols.j0..cols.j1 {
             let codes = &w.codes[j * row_bytes..(j + 1) * row_bytes];
             for r in 0..m {
                 let xr = &xs[r * k..(r + 1) * k];
@@ -105,17 +101,10 @@ pub fn affine_gemv(x: &[f32], m: usize, k: usize, w: Affine<'_>, n: usize, y: &m
                 for v in lanes {
                     acc += v;
                 }
-                // SAFETY: task t alone writes columns j0.. of each row; r*n+j < m*n.
-                unsafe { *out.get().add(r * n + j) = acc + bias };
+                cols.set(r, j, acc + bias);
             }
         }
-    };
-    let tasks = n.div_ceil(COLS_PER_TASK);
-    if n * k * m < 1 << 15 {
-        (0..tasks).for_each(run);
-    } else {
-        (0..tasks).into_par_iter().for_each(run);
-    }
+    });
 }
 
 /// Σ q_i x_i of one group as 8 lane sums.
@@ -130,17 +119,6 @@ fn kernel(bits: usize) -> GroupDot {
         portable::dot4
     } else {
         portable::dot8
-    }
-}
-
-#[derive(Clone, Copy)]
-struct SyncPtr(*mut f32);
-// SAFETY: only used for writes to disjoint elements (see `affine_gemv`).
-unsafe impl Send for SyncPtr {}
-unsafe impl Sync for SyncPtr {}
-impl SyncPtr {
-    fn get(self) -> *mut f32 {
-        self.0
     }
 }
 

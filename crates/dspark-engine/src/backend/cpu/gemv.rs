@@ -6,8 +6,6 @@
 //! bits as L one-row decode steps. Greedy speculative output then equals the baseline by
 //! construction, not by luck at near-ties.
 
-use rayon::prelude::*;
-
 /// Rows up to which [`gemv`] is used (above it, a blocked GEMM wins).
 pub const MAX_ROWS: usize = 32;
 
@@ -65,37 +63,14 @@ fn drive<T: Sync>(
     assert_eq!(x.len(), m * k, "gemv: x is not m*k");
     assert_eq!(w.len(), n * k, "gemv: w is not n*k");
     assert_eq!(y.len(), m * n, "gemv: y is not m*n");
-    let out = SyncPtr(y.as_mut_ptr());
-    let tasks = n.div_ceil(COLS_PER_TASK);
-    let run = |t: usize| {
-        let j0 = t * COLS_PER_TASK;
-        let j1 = (j0 + COLS_PER_TASK).min(n);
-        for j in j0..j1 {
+    super::column_tasks(y, n, COLS_PER_TASK, n * k * m, |cols| {
+        for j in cols.j0..cols.j1 {
             let wj = &w[j * k..(j + 1) * k];
             for r in 0..m {
-                let v = dot(&x[r * k..(r + 1) * k], wj);
-                // SAFETY: task t alone writes columns j0..j1 of each row; r*n+j < m*n.
-                unsafe { *out.get().add(r * n + j) = v };
+                cols.set(r, j, dot(&x[r * k..(r + 1) * k], wj));
             }
         }
-    };
-    // below ~32K multiply-adds a thread hand-off costs more than it saves
-    if n * k * m < 1 << 15 {
-        (0..tasks).for_each(run);
-    } else {
-        (0..tasks).into_par_iter().for_each(run);
-    }
-}
-
-#[derive(Clone, Copy)]
-struct SyncPtr(*mut f32);
-// SAFETY: only used for writes to disjoint elements (see `drive`).
-unsafe impl Send for SyncPtr {}
-unsafe impl Sync for SyncPtr {}
-impl SyncPtr {
-    fn get(self) -> *mut f32 {
-        self.0
-    }
+    });
 }
 
 /// Fallback for CPUs without AVX2/FMA (and other architectures): 8 independent partial sums,

@@ -10,3 +10,70 @@ pub mod gemv;
 pub mod ops;
 pub mod qgemv;
 pub mod swiglu;
+
+use rayon::prelude::*;
+
+/// Below this many multiply-adds a call runs inline: a thread hand-off costs more.
+const PARALLEL_WORK: usize = 1 << 15;
+
+/// One task's window on a row-major `[rows, n]` output: it may write columns `j0..j1` of every
+/// row and nothing else, which is what makes concurrent tasks sound.
+pub(crate) struct Columns {
+    ptr: *mut f32,
+    rows: usize,
+    n: usize,
+    pub j0: usize,
+    pub j1: usize,
+}
+
+impl Columns {
+    /// `y[r, j] = v`; panics outside this task's window.
+    #[inline]
+    pub fn set(&self, r: usize, j: usize, v: f32) {
+        assert!(
+            r < self.rows && (self.j0..self.j1).contains(&j),
+            "column task out of its window"
+        );
+        // SAFETY: in bounds (checked above) and no other task owns column j.
+        unsafe { *self.ptr.add(r * self.n + j) = v };
+    }
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: only dereferenced through `Columns::set`, whose windows are disjoint.
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+/// Splits the `n` output columns of `y` (`[y.len() / n, n]`) into tasks of `per_task` columns
+/// and runs `task` on each: inline when `work` (multiply-adds) is small, else on the rayon pool.
+pub(crate) fn column_tasks(
+    y: &mut [f32],
+    n: usize,
+    per_task: usize,
+    work: usize,
+    task: impl Fn(&Columns) + Sync,
+) {
+    if n == 0 {
+        return;
+    }
+    let rows = y.len() / n;
+    let ptr = SendPtr(y.as_mut_ptr());
+    let run = |t: usize| {
+        let p = ptr;
+        let j0 = t * per_task;
+        task(&Columns {
+            ptr: p.0,
+            rows,
+            n,
+            j0,
+            j1: (j0 + per_task).min(n),
+        })
+    };
+    let tasks = n.div_ceil(per_task);
+    if work < PARALLEL_WORK {
+        (0..tasks).for_each(run);
+    } else {
+        (0..tasks).into_par_iter().for_each(run);
+    }
+}

@@ -6,8 +6,6 @@
 //! dot is exact; blocks are combined in a fixed order, so a row's result does not depend on
 //! how many rows share the call (batch invariance) nor on the SIMD path's availability.
 
-use rayon::prelude::*;
-
 /// Elements per block in every format here.
 pub const QK: usize = 32;
 
@@ -79,31 +77,21 @@ pub fn qgemv(x: &[f32], m: usize, k: usize, w: &[u8], fmt: QFormat, n: usize, y:
     assert_eq!(w.len(), n * rb, "qgemv: w is not n rows of k/32 blocks");
     let rows: Vec<QRow> = x.chunks_exact(k).map(quantize_row).collect();
     let kernel = row_kernel(fmt);
-    let out = SyncPtr(y.as_mut_ptr());
     const COLS_PER_TASK: usize = 32;
-    let tasks = n.div_ceil(COLS_PER_TASK);
-    let run = |t: usize| {
-        let j0 = t * COLS_PER_TASK;
+    super::column_tasks(y, n, COLS_PER_TASK, n * k * m, |cols| {
         let mut acc = [0f32; ROW_GROUP];
-        for j in j0..(j0 + COLS_PER_TASK).min(n) {
+        for j in cols.j0..cols.j1 {
             let wr = &w[j * rb..(j + 1) * rb];
             for (g, group) in rows.chunks(ROW_GROUP).enumerate() {
                 // SAFETY: the kernel was chosen for this CPU; `wr` holds k/32 whole blocks and
                 // every row k codes.
                 unsafe { kernel(wr, group, &mut acc[..group.len()]) };
                 for (i, v) in acc[..group.len()].iter().enumerate() {
-                    let r = g * ROW_GROUP + i;
-                    // SAFETY: task t alone writes columns j0.. of each row; r*n+j < m*n.
-                    unsafe { *out.get().add(r * n + j) = *v };
+                    cols.set(g * ROW_GROUP + i, j, *v);
                 }
             }
         }
-    };
-    if n * k * m < 1 << 15 {
-        (0..tasks).for_each(run);
-    } else {
-        (0..tasks).into_par_iter().for_each(run);
-    }
+    });
 }
 
 /// One weight row against up to [`ROW_GROUP`] activation rows: `out[i] = w · rows[i]`.
@@ -127,17 +115,6 @@ fn row_kernel(fmt: QFormat) -> RowKernel {
 
 fn f16(lo: u8, hi: u8) -> f32 {
     half::f16::from_bits(u16::from_le_bytes([lo, hi])).to_f32()
-}
-
-#[derive(Clone, Copy)]
-struct SyncPtr(*mut f32);
-// SAFETY: only used for writes to disjoint elements (see `qgemv`).
-unsafe impl Send for SyncPtr {}
-unsafe impl Sync for SyncPtr {}
-impl SyncPtr {
-    fn get(self) -> *mut f32 {
-        self.0
-    }
 }
 
 /// Plain Rust: per block an exact integer dot, scaled and summed into 8 lanes as the AVX2
