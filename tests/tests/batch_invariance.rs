@@ -34,7 +34,10 @@ fn check<B: Backend>(b: &B, m: &Transformer<B>, label: &str, prompt: &[u32], blo
             .forward(&[t], &mut stepped, &[], LogitsWanted::Last)
             .unwrap();
         let one = b.to_f32_vec(one.logits.as_ref().unwrap()).unwrap();
-        assert!(one.iter().all(|x| x.is_finite()), "{label}: non-finite logits");
+        assert!(
+            one.iter().all(|x| x.is_finite()),
+            "{label}: non-finite logits"
+        );
         assert_eq!(
             bits(&one),
             bits(&all[i * v..(i + 1) * v]),
@@ -77,7 +80,10 @@ fn verify_blocks_equal_decode_steps_bit_for_bit_on_smollm2() {
     let path = artefact("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
     for (label, b) in [
         ("smollm2 f32", CandleBackend::cpu()),
-        ("smollm2 q4_1 kept", CandleBackend::cpu().keep_quantized(true)),
+        (
+            "smollm2 q4_1 kept",
+            CandleBackend::cpu().keep_quantized(true),
+        ),
     ] {
         let lm = load_model(&b, &path, None).unwrap();
         let m = &lm.model;
