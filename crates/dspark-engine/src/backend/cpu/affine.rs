@@ -60,16 +60,17 @@ pub fn affine_gemv(x: &[f32], m: usize, k: usize, w: Affine<'_>, n: usize, y: &m
     );
     // 4-bit: byte j holds elements 2j (low nibble) and 2j+1 (high nibble); reorder x once per
     // 32-element chunk as [even | odd] so nibble planes meet their activations
-    let xs: Vec<f32> = if w.bits == 4 {
+    let xs: std::borrow::Cow<[f32]> = if w.bits == 4 {
         x.chunks_exact(32)
             .flat_map(|c| {
                 (0..16)
                     .map(move |i| c[2 * i])
                     .chain((0..16).map(move |i| c[2 * i + 1]))
             })
-            .collect()
+            .collect::<Vec<f32>>()
+            .into()
     } else {
-        x.to_vec()
+        x.into() // 8-bit codes are in element order: no copy
     };
     // per row and group: Σ x (for the bias term)
     let xsum: Vec<f32> = x.chunks_exact(w.group).map(|g| g.iter().sum()).collect();
