@@ -12,9 +12,12 @@ use dspark_engine::backend::candle::CandleBackend;
 pub enum Which {
     Candle,
     Mlx,
+    /// candle on `cuda:0` (the `cuda` feature).
+    Cuda,
 }
 
-/// `DSPARK_BACKEND=candle|mlx`. Unset: MLX when built with the `mlx` feature, else candle.
+/// `DSPARK_BACKEND=candle|mlx|cuda`. Unset: MLX when built with the `mlx` feature, CUDA when
+/// built with the `cuda` feature, else candle on the CPU.
 pub fn selected_backend() -> Which {
     match std::env::var("DSPARK_BACKEND").ok().as_deref() {
         Some("candle") => Which::Candle,
@@ -24,20 +27,44 @@ pub fn selected_backend() -> Which {
             }
             Which::Mlx
         }
+        Some("cuda") => {
+            if !cfg!(feature = "cuda") {
+                panic!("DSPARK_BACKEND=cuda needs the tests built with --features cuda");
+            }
+            Which::Cuda
+        }
         None | Some("") => {
             if cfg!(feature = "mlx") {
                 Which::Mlx
+            } else if cfg!(feature = "cuda") {
+                Which::Cuda
             } else {
                 Which::Candle
             }
         }
-        Some(other) => panic!("DSPARK_BACKEND={other}: expected `candle` or `mlx`"),
+        Some(other) => panic!("DSPARK_BACKEND={other}: expected `candle`, `mlx` or `cuda`"),
     }
 }
 
 /// The candle backend of the suite: CPU, f32.
 pub fn candle_backend() -> CandleBackend {
     CandleBackend::cpu()
+}
+
+/// The CUDA backend of the suite: candle on `cuda:0`, f32 compute (the goldens are f32), with
+/// cuBLAS's TF32 path off (candle's default; set here so the bound does not depend on it).
+#[cfg(feature = "cuda")]
+pub fn cuda_backend() -> CandleBackend {
+    use dspark_engine::backend::DType;
+    candle_core::cuda::set_gemm_reduced_precision_f32(false);
+    CandleBackend::cuda(0)
+        .unwrap_or_else(|e| panic!("cuda:0: {e}"))
+        .with_dtype(DType::F32)
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn cuda_backend() -> CandleBackend {
+    unreachable!("selected_backend() is Cuda only with the cuda feature")
 }
 
 /// The MLX backend of the suite: MLX's default device (Metal on Apple Silicon), f32.
@@ -55,6 +82,7 @@ macro_rules! on_backend {
         match $crate::selected_backend() {
             $crate::Which::Candle => $body($crate::candle_backend()),
             $crate::Which::Mlx => $crate::__on_mlx!($body),
+            $crate::Which::Cuda => $body($crate::cuda_backend()),
         }
     };
 }
@@ -77,11 +105,19 @@ macro_rules! __on_mlx {
     };
 }
 
-/// `tests/fixtures/...` inside the repository.
+/// `tests/fixtures/...` inside the repository; `DSPARK_TESTS_DIR` (the `tests/` folder) when the
+/// test binary runs away from the tree it was built in (the CUDA binaries on the GPU machine).
 pub fn fixture(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("DSPARK_TESTS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
         .join("fixtures")
         .join(rel)
+}
+
+/// Whether the suite runs on a CUDA device (looser numeric bounds where a test says so).
+pub fn on_cuda() -> bool {
+    selected_backend() == Which::Cuda
 }
 
 /// Reads a JSON golden file.
