@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Writes a random-weight, Qwen3-8B-shaped bf16 checkpoint (HF layout) for throughput benchmarks
+on the GPU machine, where no real weights can be fetched.
+
+Shape (Qwen3-8B's config): hidden 4096, 36 layers, 32 query / 8 kv heads, head_dim 128,
+intermediate 12288, vocab 151936, untied lm_head, q/k RMSNorm. Weights ~ N(0, 0.02) drawn from
+torch's generator seeded with --seed (on the GPU when there is one, so the same seed gives the same
+weights on the same kind of device), norms = 1. Also writes a WordLevel tokenizer.json over the
+full vocabulary ("<t0>".."<t151935>", no chat template) and prompt_ids.json: --prompts lists of
+--context ids (from the same seed) for `dspark bench --prompt-ids`.
+
+Usage: python3 scripts/bench/make_qwen3_8b_random.py OUT_DIR [--seed 0] [--context 1024]
+       [--prompts 2] [--layers 36]
+About 16.4 GB on disk; about 30 s on the H200 machine.
+"""
+
+import argparse
+import json
+import os
+import time
+
+import torch
+from safetensors.torch import save_file
+
+HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM = 4096, 36, 32, 8, 128
+INTER, VOCAB = 12288, 151936
+
+
+def config(layers):
+    return {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "vocab_size": VOCAB,
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTER,
+        "num_hidden_layers": layers,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "hidden_act": "silu",
+        "max_position_embeddings": 40960,
+        "rms_norm_eps": 1e-06,
+        "rope_theta": 1000000.0,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "max_window_layers": layers,
+        "tie_word_embeddings": False,
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument("--layers", type=int, default=LAYERS)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    t0 = time.time()
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator(device=dev).manual_seed(a.seed)
+
+    def rnd(*shape):
+        w = torch.empty(shape, dtype=torch.bfloat16, device=dev)
+        w.normal_(0.0, 0.02, generator=g)
+        return w.cpu()
+
+    def ones(n):
+        return torch.ones(n, dtype=torch.bfloat16)
+
+    shards, cur, index = [], {}, {}
+
+    def flush():
+        if cur:
+            shards.append(dict(cur))
+            cur.clear()
+
+    cur["model.embed_tokens.weight"] = rnd(VOCAB, HIDDEN)
+    for i in range(a.layers):
+        p = f"model.layers.{i}."
+        cur[p + "input_layernorm.weight"] = ones(HIDDEN)
+        cur[p + "post_attention_layernorm.weight"] = ones(HIDDEN)
+        cur[p + "self_attn.q_proj.weight"] = rnd(HEADS * HEAD_DIM, HIDDEN)
+        cur[p + "self_attn.k_proj.weight"] = rnd(KV_HEADS * HEAD_DIM, HIDDEN)
+        cur[p + "self_attn.v_proj.weight"] = rnd(KV_HEADS * HEAD_DIM, HIDDEN)
+        cur[p + "self_attn.o_proj.weight"] = rnd(HIDDEN, HEADS * HEAD_DIM)
+        cur[p + "self_attn.q_norm.weight"] = ones(HEAD_DIM)
+        cur[p + "self_attn.k_norm.weight"] = ones(HEAD_DIM)
+        cur[p + "mlp.gate_proj.weight"] = rnd(INTER, HIDDEN)
+        cur[p + "mlp.up_proj.weight"] = rnd(INTER, HIDDEN)
+        cur[p + "mlp.down_proj.weight"] = rnd(HIDDEN, INTER)
+        if (i + 1) % 10 == 0:
+            flush()
+    cur["model.norm.weight"] = ones(HIDDEN)
+    cur["lm_head.weight"] = rnd(VOCAB, HIDDEN)
+    flush()
+    total = 0
+    for k, sh in enumerate(shards):
+        name = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(sh, os.path.join(a.out, name), metadata={"format": "pt"})
+        for t, w in sh.items():
+            index[t] = name
+            total += w.numel() * w.element_size()
+    with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": index}, f, indent=1)
+    with open(os.path.join(a.out, "config.json"), "w") as f:
+        json.dump(config(a.layers), f, indent=1)
+    vocab = {f"<t{i}>": i for i in range(VOCAB)}
+    tok = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<t0>"},
+    }
+    with open(os.path.join(a.out, "tokenizer.json"), "w") as f:
+        json.dump(tok, f)
+    with open(os.path.join(a.out, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "<t0>"}, f)
+    pg = torch.Generator().manual_seed(a.seed + 1)
+    ids = torch.randint(0, VOCAB, (a.prompts, a.context), generator=pg).tolist()
+    with open(os.path.join(a.out, "prompt_ids.json"), "w") as f:
+        json.dump(ids, f)
+    print(f"wrote {a.out}: {total / 1e9:.2f} GB in {len(shards)} shards, {time.time() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
