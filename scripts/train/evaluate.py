@@ -55,7 +55,7 @@ def load_drafter(path, Ht, device, block=None):
 
 
 @torch.no_grad()
-def accept_runs(kind, cfg, net, heads, emb, fused, tok, n, chunk=64):
+def accept_runs(kind, cfg, net, heads, emb, fused, tok, n, chunk=256):
     """m[p - n] = drafts accepted at anchor p, for p in n .. len-2."""
     L = tok.shape[1]
     lens = torch.tensor([L], device=tok.device)

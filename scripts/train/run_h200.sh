@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The whole drafter pipeline on the GPU machine (no network there): data generation, joint
-# DFlash + DSpark training, held-out evaluation, loss plot. Meant to run detached (setsid) so
+# The whole drafter pipeline on the GPU machine (no network there): data generation (skipped
+# when $W/data_u16.npz, an earlier run's data, is there), joint DFlash + DSpark training on
+# precomputed target states, held-out evaluation, loss plot. Meant to run detached (setsid) so
 # that it outlives one command of the device tool; progress goes to $W/log, stage markers to
 # $W/{SMOKE_DONE,SMOKE_FAIL,GEN_DONE,DONE,FAIL}.
 #
-#   scripts/train/run_h200.sh W     W holds SmolLM2-135M-Instruct.Q4_1.gguf (and smoke.pt)
+#   scripts/train/run_h200.sh W     W holds SmolLM2-135M-Instruct.Q4_1.gguf, question.jsonl,
+#                                   HumanEval.jsonl.gz (and data_u16.npz or smoke.pt)
 #
 # Sizes come from the environment (defaults: the shipped run): GEN_BUDGET_S, TRAIN_BUDGET_S,
-# TRAIN_BATCH, TRAIN_ANCHORS, EVAL_LIMIT, DEVICE.
+# TRAIN_BATCH, TRAIN_ANCHORS, TRAIN_ARGS, EVAL_LIMIT, DEVICE.
 set -uo pipefail
 W="$1"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,40 +22,45 @@ export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 stamp() { echo "[$(date +%H:%M:%S) +$((SECONDS))s] $*"; }
 
 stamp "start"
-"$PY" "$CODE/gen_data.py" --gguf-dir "$W" --out "$W/data.pt" --device "$DEVICE" \
-    --budget-s "${GEN_BUDGET_S:-270}" ${GEN_ARGS:-} > "$W/gen.log" 2>&1 &
-GEN=$!
-
-if [ -f "$W/smoke.pt" ]; then
-    stamp "smoke: full-size batch on the small data set, then a 2-prompt evaluation"
-    if "$PY" "$CODE/train.py" --gguf-dir "$W" --data "$W/smoke.pt" --out "$W/smoke" --device "$DEVICE" \
-            --max-steps 3 --log-every 1 --batch "${TRAIN_BATCH:-32}" --anchors "${TRAIN_ANCHORS:-64}" \
-            > "$W/smoke.log" 2>&1 \
-        && "$PY" "$CODE/evaluate.py" --gguf-dir "$W" --mtbench "$ART/question.jsonl" \
-            --humaneval "$ART/HumanEval.jsonl.gz" --drafter "dflash16=$W/smoke/dflash" \
-            --drafter "dflash8=$W/smoke/dflash:8" --drafter "dspark=$W/smoke/dspark" --limit 2 \
-            --out "$W/smoke/eval.json" --device "$DEVICE" >> "$W/smoke.log" 2>&1; then
-        touch "$W/SMOKE_DONE"; stamp "smoke ok"
-    else
-        touch "$W/SMOKE_FAIL"; stamp "smoke FAILED (see smoke.log); data generation continues"
-        wait $GEN; stamp "data generation exit $?"; touch "$W/GEN_DONE"
-        exit 1
+if [ -f "$W/data_u16.npz" ]; then
+    DATA="$W/data_u16.npz"
+    stamp "data: reusing $DATA"
+else
+    DATA="$W/data.pt"
+    "$PY" "$CODE/gen_data.py" --gguf-dir "$W" --out "$DATA" --device "$DEVICE" \
+        --budget-s "${GEN_BUDGET_S:-270}" ${GEN_ARGS:-} > "$W/gen.log" 2>&1 &
+    GEN=$!
+    if [ -f "$W/smoke.pt" ]; then
+        stamp "smoke: full-size batch on the small data set, then a 2-prompt evaluation"
+        if "$PY" "$CODE/train.py" --gguf-dir "$W" --data "$W/smoke.pt" --out "$W/smoke" --device "$DEVICE" \
+                --max-steps 3 --log-every 1 --batch "${TRAIN_BATCH:-48}" --anchors "${TRAIN_ANCHORS:-64}" \
+                > "$W/smoke.log" 2>&1 \
+            && "$PY" "$CODE/evaluate.py" --gguf-dir "$W" --mtbench "$ART/question.jsonl" \
+                --humaneval "$ART/HumanEval.jsonl.gz" --drafter "dflash16=$W/smoke/dflash" \
+                --drafter "dflash8=$W/smoke/dflash:8" --drafter "dspark=$W/smoke/dspark" --limit 2 \
+                --out "$W/smoke/eval.json" --device "$DEVICE" >> "$W/smoke.log" 2>&1; then
+            touch "$W/SMOKE_DONE"; stamp "smoke ok"
+        else
+            touch "$W/SMOKE_FAIL"; stamp "smoke FAILED (see smoke.log); data generation continues"
+            wait $GEN; stamp "data generation exit $?"; touch "$W/GEN_DONE"
+            exit 1
+        fi
     fi
-fi
-
-if ! wait $GEN; then
-    stamp "data generation FAILED"; tail -30 "$W/gen.log"; touch "$W/FAIL"; exit 1
+    if ! wait $GEN; then
+        stamp "data generation FAILED"; tail -30 "$W/gen.log"; touch "$W/FAIL"; exit 1
+    fi
+    stamp "data: $(grep '^data:' "$W/gen.log" | cut -c1-400)"
 fi
 touch "$W/GEN_DONE"
-stamp "data: $(grep '^data:' "$W/gen.log" | cut -c1-400)"
 
 stamp "train"
-if ! "$PY" "$CODE/train.py" --gguf-dir "$W" --data "$W/data.pt" --out "$W/ckpt" --device "$DEVICE" \
-        --budget-s "${TRAIN_BUDGET_S:-480}" --batch "${TRAIN_BATCH:-32}" --anchors "${TRAIN_ANCHORS:-64}" \
+if ! "$PY" "$CODE/train.py" --gguf-dir "$W" --data "$DATA" --out "$W/ckpt" --device "$DEVICE" \
+        --budget-s "${TRAIN_BUDGET_S:-420}" --batch "${TRAIN_BATCH:-48}" --anchors "${TRAIN_ANCHORS:-64}" \
         ${TRAIN_ARGS:-} > "$W/train.log" 2>&1; then
     stamp "train FAILED"; tail -30 "$W/train.log"; touch "$W/FAIL"; exit 1
 fi
 stamp "trained: $(tail -1 "$W/train.log" | cut -c1-300)"
+touch "$W/TRAIN_DONE"
 
 stamp "evaluate"
 if ! "$PY" "$CODE/evaluate.py" --gguf-dir "$W" --mtbench "$ART/question.jsonl" \

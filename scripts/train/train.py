@@ -1,21 +1,31 @@
 #!/usr/bin/env python3
 """Trains a DFlash and a DSpark drafter for SmolLM2-135M-Instruct together, on the target's own
-responses (scripts/train/gen_data.py), sharing one frozen target forward per batch.
+responses (scripts/train/gen_data.py).
+
+The target is frozen, so its outputs are computed once: one f32 pass over every sequence keeps
+the tapped layers' outputs (bf16, [tokens, 4 x 576]), the target's greedy token after every
+position and its final-normed hidden state (bf16, for the soft labels) in GPU memory; training
+then runs only the drafters (bf16 autocast, f32 master weights), with the block attention
+computed per anchor (common.net_anchored) instead of through a dense mask.
 
 Architectures are the ones crates/dspark-engine runs (see common.py), geometry of the target's
 layers (hidden 576, 9 heads / 3 kv heads x 64, MLP 1536), taps common.TAPS, mask id
 common.MASK_ID, both sharing the target's embedding and LM head (not stored).
 
-DFlash (z-lab): block 16, `[pending, mask x 15]` predicts the 15 tokens after the anchor;
-  loss = cross-entropy on the target's tokens, position k weighted exp(-(k-1)/7).
+Distillation loss at each predicted position (the target's token after position j = a + r - 1
+for DFlash row r, j = a + r for DSpark row r):
+  D = 0.5 CE(draft, target's greedy token after j) + 0.5 CE(draft, target softmax after j).
+DFlash (z-lab): block 16, `[pending, mask x 15]` predicts the 15 tokens after the anchor; every
+  other step runs at block 8 (same weights serve both); loss D, row r weighted exp(-(r-1)/7).
 DSpark (DeepSpec): block 7, rows 0..6 predict the 7 tokens after the anchor; a rank-R Markov
-  head adds w2(w1[prev]) (teacher-forced prev); loss per row k (weight exp(-(k-1)/4)):
-  0.1 CE + 0.9 ||p_d - p_t||_1 + 1.0 BCE(c_k, 1 - ||p_d - p_t||_1 / 2), p_t = target softmax.
-  The confidence head sigmoid(proj([h_k; w1[prev_k]])) is trained on detached inputs.
-Anchors: random response positions (the pending token), A per sequence per step; context = the
-  target's tapped states of every earlier position. AdamW, cosine schedule over a time budget.
+  head adds w2(w1[prev]) (teacher-forced prev); loss per row (weight exp(-r/4)):
+  D + ||p_d - p_t||_1 + BCE(c_r, 1 - ||p_d - p_t||_1 / 2); the confidence head
+  sigmoid(proj([h_r; w1[prev_r]])) is trained on detached inputs.
+Anchors: A distinct random response positions per sequence per step (the pending token);
+context = the target's tapped states of every earlier position. AdamW, linear warm-up, cosine
+schedule over a time budget.
 
-  python scripts/train/train.py --gguf-dir DIR --data /tmp/w/data.pt --out /tmp/w/ckpt --budget-s 420
+  python scripts/train/train.py --gguf-dir DIR --data data_u16.npz --out ckpt --budget-s 360
 """
 from __future__ import annotations
 
@@ -33,68 +43,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 
-def batch_of(data, idx, device, max_len):
-    seqs = [data["seqs"][i][:max_len] for i in idx]
-    plens = torch.tensor([min(data["plens"][i], max_len - 2) for i in idx], device=device)
-    lens = torch.tensor([len(s) for s in seqs], device=device)
-    T = int(lens.max())
-    tok = torch.full((len(seqs), T), common.PAD_ID, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        tok[i, :len(s)] = torch.tensor(s)
-    tok = tok.to(device)
-    attn = (torch.arange(T, device=device)[None] < lens[:, None]).long()
-    return tok, attn, lens, plens
-
-
-def sample_anchors(gen, lens, plens, A):
-    """A anchors per row, uniform over response positions a with a+1 < len."""
-    lo = plens.float()
-    span = (lens - 1 - plens).clamp(min=1).float()
-    u = torch.rand((lens.shape[0], A), generator=gen, device=lens.device)
-    return (lo[:, None] + (u * span[:, None]).floor()).long()
-
-
-def dflash_loss(net, emb, fused, tok, lens, anchors, bs, gamma):
-    logits = common.dflash_logits(net, emb, fused, tok, anchors, bs)
-    labels, valid = common.shifted(tok, lens, anchors, torch.arange(1, bs, device=tok.device))
-    w = common.decay_weights(bs - 1, gamma, tok.device)[None, None] * valid
-    ce = F.cross_entropy(logits.flatten(0, 2), labels.flatten(), reduction="none").view_as(w)
-    loss = (ce * w).sum() / w.sum()
-    with torch.no_grad():
-        hit = (logits.argmax(-1) == labels) & valid
-        acc1 = hit[:, :, 0].float().sum() / valid[:, :, 0].float().sum().clamp(min=1)
-        run = torch.cumprod(hit.float(), dim=-1).sum(-1)  # accepted drafts at this anchor
-    return loss, {"dflash_loss": loss.item(), "dflash_acc1": acc1.item(), "dflash_tau": 1 + run.mean().item()}
-
-
-def dspark_loss(net, heads, emb, fused, hfin, tok, lens, anchors, g, gamma):
-    h, u, prev = common.dspark_forward(net, heads, emb, fused, tok, lens, anchors, g)
-    logits = u + heads.markov_head(prev)
-    labels, valid = common.shifted(tok, lens, anchors, torch.arange(1, g + 1, device=tok.device))
-    with torch.no_grad():
-        rows = anchors[:, :, None] + torch.arange(g, device=tok.device)
-        rows = rows.clamp(max=tok.shape[1] - 1)
-        B, A, _ = rows.shape
-        ht = hfin.gather(1, rows.view(B, A * g, 1).expand(-1, -1, hfin.shape[-1])).view(B, A, g, -1)
-        pt = torch.softmax(ht @ emb.t(), dim=-1)
-    pd = torch.softmax(logits, dim=-1)
-    l1 = (pd - pt).abs().sum(-1)
-    ce = F.cross_entropy(logits.flatten(0, 2), labels.flatten(), reduction="none").view_as(l1)
-    conf_in = torch.cat([h.detach(), heads.markov_head.markov_w1(prev).detach()], dim=-1)
-    conf = heads.confidence_head.proj(conf_in).squeeze(-1)
-    bce = F.binary_cross_entropy_with_logits(conf, (1 - 0.5 * l1).detach().clamp(0, 1), reduction="none")
-    w = common.decay_weights(g, gamma, tok.device)[None, None] * valid
-    main = ((0.1 * ce + 0.9 * l1) * w).sum() / w.sum()
-    cl = (bce * w).sum() / w.sum()
-    with torch.no_grad():
-        hit = (logits.argmax(-1) == labels) & valid
-        run = torch.cumprod(hit.float(), dim=-1).sum(-1)
-    return main + cl, {"dspark_loss": main.item(), "dspark_conf_bce": cl.item(), "dspark_ce": (ce * w).sum().item()
-                       / w.sum().item(), "dspark_tau": 1 + run.mean().item()}
-
-
 def load_data(path):
-    """gen_data.py's torch file, or its compact form (data_u16.npz: tokens, lens, plens)."""
+    """gen_data.py's torch file, or its compact form (data_u16.npz: tokens, lens, plens, modes)."""
     if not path.endswith(".npz"):
         return torch.load(path)
     import numpy as np
@@ -102,7 +52,10 @@ def load_data(path):
     tokens, lens = z["tokens"].astype(np.int64), z["lens"]  # read each array once (npz is lazy)
     ends = np.cumsum(lens)
     seqs = [tokens[e - n:e].tolist() for e, n in zip(ends, lens)]
-    return {"seqs": seqs, "plens": z["plens"].tolist()}
+    out = {"seqs": seqs, "plens": z["plens"].tolist()}
+    if "modes" in z.files:
+        out["modes"] = z["modes"].tolist()
+    return out
 
 
 def load_into(path, net, heads):
@@ -115,29 +68,159 @@ def load_into(path, net, heads):
         heads.load_state_dict({k: v.float() for k, v in sd.items() if k not in own}, strict=True)
 
 
+class Store:
+    """The frozen target's outputs over the whole data set, flat over tokens, on the device."""
+
+    def __init__(self, model, taps, emb, data, max_len, device, chunk_tokens):
+        seqs = [s[:max_len] for s in data["seqs"]]
+        self.n = len(seqs)
+        self.lens = torch.tensor([len(s) for s in seqs])
+        self.plens = torch.tensor([min(p, max_len - 2) for p in data["plens"]])
+        self.start = torch.cumsum(self.lens, 0) - self.lens
+        N = int(self.lens.sum())
+        self.tokens = torch.tensor([t for s in seqs for t in s], dtype=torch.long, device=device)
+        H = emb.shape[1]
+        dt = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        self.fused = torch.zeros((N + 1, len(common.TAPS) * H), dtype=dt, device=device)
+        self.hfin = torch.zeros((N + 1, H), dtype=dt, device=device)
+        self.greedy = torch.zeros(N + 1, dtype=torch.long, device=device)   # target argmax after each position
+        self.pad = N                                                         # index of a zero row
+        order = sorted(range(self.n), key=lambda i: -len(seqs[i]))
+        i = 0
+        prev = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False  # the evaluator's (and dspark's) f32 target
+        with torch.no_grad():
+            while i < self.n:
+                T = len(seqs[order[i]])
+                j = min(self.n, i + max(1, chunk_tokens // T))
+                idx = order[i:j]
+                tok = torch.full((len(idx), T), common.PAD_ID, dtype=torch.long)
+                for r, k in enumerate(idx):
+                    tok[r, :len(seqs[k])] = torch.tensor(seqs[k])
+                tok = tok.to(device)
+                lens = self.lens[idx].to(device)
+                attn = (torch.arange(T, device=device)[None] < lens[:, None]).long()
+                fused, hfin = common.target_states(model, taps, tok, attn)
+                for r, k in enumerate(idx):
+                    s, n = int(self.start[k]), int(self.lens[k])
+                    self.fused[s:s + n] = fused[r, :n].to(dt)
+                    self.hfin[s:s + n] = hfin[r, :n].to(dt)
+                    self.greedy[s:s + n] = (hfin[r, :n] @ emb.t()).argmax(-1)
+                i = j
+        torch.backends.cuda.matmul.allow_tf32 = prev
+        self.lens, self.plens, self.start = self.lens.to(device), self.plens.to(device), self.start.to(device)
+        self.N = N
+
+    def batch(self, idx):
+        """tokens [B, T], lens, plens, flat index [B, T] (pad rows -> the zero row)."""
+        idx = torch.as_tensor(idx, device=self.lens.device)
+        lens, plens, start = self.lens[idx], self.plens[idx], self.start[idx]
+        T = int(lens.max())
+        ar = torch.arange(T, device=lens.device)[None]
+        flat = torch.where(ar < lens[:, None], start[:, None] + ar, torch.full_like(ar, self.pad))
+        return self.tokens[flat.clamp(max=self.N - 1)], lens, plens, flat
+
+
+def sample_anchors(gen, lens, plens, A):
+    """A distinct anchors per row among response positions a (plen <= a <= len - 2), and which
+    of them are real (rows with fewer positions get some invalid ones, at position 0)."""
+    B = lens.shape[0]
+    T = int(lens.max())
+    ar = torch.arange(T, device=lens.device)[None]
+    ok = (ar >= plens[:, None]) & (ar <= lens[:, None] - 2)
+    score = torch.rand((B, T), generator=gen, device=lens.device) + (~ok).float() * 2
+    A = min(A, T)
+    s, anchors = torch.topk(score, A, dim=1, largest=False)
+    valid = s < 1.5
+    return torch.where(valid, anchors, torch.zeros_like(anchors)), valid
+
+
+def distill(logits, store, rows_flat, labels_valid):
+    """Per-row distillation loss (see the module doc) against the target after flat rows."""
+    with torch.no_grad():
+        tgt = store.greedy[rows_flat]
+        pt = torch.softmax(store.hfin[rows_flat].float() @ EMB.t().float(), dim=-1)
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    hard = -logp.gather(-1, tgt[..., None]).squeeze(-1)
+    soft = -(pt * logp).sum(-1)
+    return 0.5 * hard + 0.5 * soft, logp, pt, tgt
+
+
+def dflash_loss(net, emb, store, tok, flat, lens, anchors, avalid, bs, gamma):
+    dev = tok.device
+    fused = store.fused[flat]
+    h = common.net_anchored(net, fused, tok, anchors, bs, emb)[:, :, 1:]
+    logits = h @ emb.t()
+    r = torch.arange(1, bs, device=dev)
+    j = anchors[:, :, None] + r - 1                                   # target position predicting a + r
+    valid = (anchors[:, :, None] + r < lens[:, None, None]) & avalid[:, :, None]
+    rows = flat.gather(1, j.clamp(max=flat.shape[1] - 1).flatten(1)).view_as(j)
+    d, logp, _pt, tgt = distill(logits, store, rows, valid)
+    w = common.decay_weights(bs - 1, gamma, dev)[None, None] * valid
+    loss = (d * w).sum() / w.sum()
+    with torch.no_grad():
+        hit = (logp.argmax(-1) == tgt) & valid
+        acc1 = hit[:, :, 0].float().sum() / valid[:, :, 0].float().sum().clamp(min=1)
+        run = torch.cumprod(hit.float(), dim=-1).sum(-1)[avalid]
+    return loss, {f"dflash{bs}_loss": loss.item(), f"dflash{bs}_acc1": acc1.item(),
+                  f"dflash{bs}_tau": 1 + run.mean().item()}
+
+
+def dspark_loss(net, heads, emb, store, tok, flat, lens, anchors, avalid, g, gamma):
+    dev = tok.device
+    fused = store.fused[flat]
+    h = common.net_anchored(net, fused, tok, anchors, g, emb)
+    prev, _ = common.shifted(tok, lens, anchors, torch.arange(g, device=dev))
+    logits = h @ emb.t() + heads.markov_head(prev)
+    r = torch.arange(g, device=dev)
+    j = anchors[:, :, None] + r                                       # target position predicting a + r + 1
+    valid = (j + 1 < lens[:, None, None]) & avalid[:, :, None]
+    rows = flat.gather(1, j.clamp(max=flat.shape[1] - 1).flatten(1)).view_as(j)
+    d, logp, pt, tgt = distill(logits, store, rows, valid)
+    l1 = (logp.exp() - pt).abs().sum(-1)
+    conf_in = torch.cat([h.detach(), heads.markov_head.markov_w1(prev).detach()], dim=-1)
+    conf = heads.confidence_head.proj(conf_in).squeeze(-1).float()
+    bce = F.binary_cross_entropy_with_logits(conf, (1 - 0.5 * l1).detach().clamp(0, 1), reduction="none")
+    w = common.decay_weights(g, gamma, dev)[None, None] * valid
+    main = ((d + l1) * w).sum() / w.sum()
+    cl = (bce * w).sum() / w.sum()
+    with torch.no_grad():
+        hit = (logp.argmax(-1) == tgt) & valid
+        run = torch.cumprod(hit.float(), dim=-1).sum(-1)[avalid]
+        l1m = (l1 * w).sum() / w.sum()
+    return main + cl, {"dspark_loss": main.item(), "dspark_l1": l1m.item(), "dspark_conf_bce": cl.item(),
+                       "dspark_tau": 1 + run.mean().item()}
+
+
+EMB = None
+
+
 def main():
+    global EMB
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gguf-dir", required=True)
     ap.add_argument("--data", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=20261130)
-    ap.add_argument("--budget-s", type=float, default=420.0, help="training time (schedule follows it)")
-    ap.add_argument("--max-steps", type=int, default=100000)
-    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--budget-s", type=float, default=360.0, help="training time (schedule follows it)")
+    ap.add_argument("--max-steps", type=int, default=1000000)
+    ap.add_argument("--limit", type=int, default=0, help="use the first N sequences only (tests)")
+    ap.add_argument("--batch", type=int, default=48)
     ap.add_argument("--anchors", type=int, default=64)
     ap.add_argument("--max-len", type=int, default=704)
-    ap.add_argument("--lr", type=float, default=8e-4)
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--dflash-layers", type=int, default=1)
     ap.add_argument("--dspark-layers", type=int, default=1)
     ap.add_argument("--intermediate", type=int, default=1536)
     ap.add_argument("--dflash-block", type=int, default=16)
+    ap.add_argument("--dflash-alt-block", type=int, default=8, help="every other step's DFlash block (0: none)")
     ap.add_argument("--dspark-block", type=int, default=7)
     ap.add_argument("--markov-rank", type=int, default=16)
     ap.add_argument("--which", default="dflash,dspark")
     ap.add_argument("--init", default="", help="DFLASH_DIR,DSPARK_DIR: continue from saved drafters")
-    ap.add_argument("--bf16", action="store_true", help="bf16 autocast for the target and drafter forwards")
-    ap.add_argument("--log-every", type=int, default=20)
+    ap.add_argument("--precompute-chunk", type=int, default=32768, help="target tokens per precompute pass")
+    ap.add_argument("--log-every", type=int, default=25)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = ap.parse_args()
 
@@ -153,8 +236,19 @@ def main():
     emb = common.embed_weight(model)
     assert emb.data_ptr() == common.lm_weight(model).data_ptr(), "SmolLM2 ties embedding and head"
     data = load_data(a.data)
+    if a.limit:
+        data = {k: v[:a.limit] for k, v in data.items()}
     n = len(data["seqs"])
-    print(f"target + {n} sequences loaded in {time.time() - t0:.1f}s", flush=True)
+    t_load = time.time() - t0
+    print(f"target + {n} sequences loaded in {t_load:.1f}s", flush=True)
+    store = Store(model, taps, emb, data, a.max_len, dev, a.precompute_chunk)
+    if dev.startswith("cuda"):
+        torch.cuda.synchronize()
+    t_pre = time.time() - t0 - t_load
+    print(f"target states of {store.N} tokens precomputed in {t_pre:.1f}s", flush=True)
+    EMB = emb
+    emb_bf = emb.to(torch.bfloat16) if dev.startswith("cuda") else emb
+    del model.model.layers  # only the embedding and final norm are used from here on
 
     V, Ht = emb.shape
     nets, opts, params = {}, {}, {}
@@ -185,7 +279,8 @@ def main():
     cursor, epoch = 0, 0
     log, acc = [], {}
     t_start = time.time()
-    step = 0
+    step, A, anchors_seen = 0, a.anchors, 0
+    cast = dict(device_type=dev.split(":")[0], dtype=torch.bfloat16, enabled=dev.startswith("cuda"))
     while step < a.max_steps:
         progress = max(step / a.max_steps, (time.time() - t_start) / a.budget_s)
         if progress >= 1.0:
@@ -195,40 +290,52 @@ def main():
             cursor, epoch = 0, epoch + 1
         idx = order[cursor:cursor + a.batch]
         cursor += a.batch
-        tok, attn, lens, plens = batch_of(data, idx, dev, a.max_len)
-        with torch.autocast(device_type=dev.split(":")[0], dtype=torch.bfloat16, enabled=a.bf16):
-            fused, hfin = common.target_states(model, taps, tok, attn)
-        fused, hfin = fused.float(), hfin.float()
-        anchors = sample_anchors(gen, lens, plens, a.anchors)
+        tok, lens, plens, flat = store.batch(idx)
+        anchors, avalid = sample_anchors(gen, lens, plens, A)
         lr = a.lr * min(1.0, (step + 1) / a.warmup) * common.cosine(progress)
         stats = {}
-        for k, (net, heads, cfg) in nets.items():
-            for group in opts[k].param_groups:
-                group["lr"] = lr
-            with torch.autocast(device_type=dev.split(":")[0], dtype=torch.bfloat16, enabled=a.bf16):
-                if k == "dflash":
-                    loss, st = dflash_loss(net, emb, fused, tok, lens, anchors, cfg["block_size"], 7.0)
-                else:
-                    loss, st = dspark_loss(net, heads, emb, fused, hfin, tok, lens, anchors, cfg["block_size"],
-                                           4.0)
-            opts[k].zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params[k], 1.0)
-            opts[k].step()
-            stats.update(st)
+        try:
+            for k, (net, heads, cfg) in nets.items():
+                for group in opts[k].param_groups:
+                    group["lr"] = lr
+                e = emb_bf
+                with torch.autocast(**cast):
+                    if k == "dflash":
+                        bs = a.dflash_alt_block if (a.dflash_alt_block and step % 2 == 1) else cfg["block_size"]
+                        loss, st = dflash_loss(net, e, store, tok, flat, lens, anchors, avalid, bs, 7.0)
+                    else:
+                        loss, st = dspark_loss(net, heads, e, store, tok, flat, lens, anchors, avalid,
+                                               cfg["block_size"], 4.0)
+                opts[k].zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params[k], 1.0)
+                opts[k].step()
+                stats.update(st)
+        except torch.OutOfMemoryError:
+            for o in opts.values():
+                o.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+            A = max(8, A // 2)
+            print(f"out of memory at step {step}: anchors per sequence -> {A}", flush=True)
+            continue
+        anchors_seen += int(avalid.sum())
         for k2, v in stats.items():
             acc.setdefault(k2, []).append(v)
         step += 1
         if step % a.log_every == 0:
             row = {"step": step, "epoch": epoch, "seconds": round(time.time() - t_start, 1), "lr": lr,
                    **{k2: sum(v) / len(v) for k2, v in acc.items()}}
+            if step == a.log_every and dev.startswith("cuda"):
+                row["gpu_mem_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 1)
             acc = {}
             log.append(row)
             print(json.dumps(row), flush=True)
 
     os.makedirs(a.out, exist_ok=True)
     summary = {"steps": step, "epochs": epoch + cursor / n, "train_seconds": round(time.time() - t_start, 1),
-               "sequences": n, "args": vars(a), "taps": common.TAPS, "mask_token_id": common.MASK_ID}
+               "load_seconds": round(t_load, 1), "precompute_seconds": round(t_pre, 1),
+               "sequences": n, "tokens": store.N, "anchors_per_drafter": anchors_seen, "anchors_per_seq": A,
+               "args": vars(a), "taps": common.TAPS, "mask_token_id": common.MASK_ID}
     for k, (net, heads, cfg) in nets.items():
         common.round_f16_(net)
         if heads is not None:
