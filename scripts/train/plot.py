@@ -16,23 +16,22 @@ def main():
     src, dst = sys.argv[1], sys.argv[2]
     d = json.load(open(src))
     log = d["log"]
-    steps = [r["step"] for r in log]
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))
     for key, label in [("dflash_loss", "DFlash b16: weighted CE"), ("dspark_loss", "DSpark b7: 0.1 CE + 0.9 L1"),
                        ("dspark_ce", "DSpark b7: weighted CE"), ("dspark_conf_bce", "DSpark b7: confidence BCE"),
                        ("dflash16_loss", "DFlash at block 16: distillation"),
                        ("dflash8_loss", "DFlash at block 8: distillation"),
                        ("dspark_l1", "DSpark b7: L1(p_draft - p_target)")]:
-        if key in log[0]:
-            ax[0].plot(steps, [r[key] for r in log], label=label)
+        if any(key in r for r in log):
+            ax[0].plot([r["step"] for r in log if key in r], [r[key] for r in log if key in r], label=label)
     ax[0].set_xlabel("step")
     ax[0].set_ylabel("training loss")
     ax[0].set_yscale("log")
     ax[0].legend()
     for key, label in [("dflash_tau", "DFlash b16"), ("dflash16_tau", "DFlash b16"), ("dflash8_tau", "DFlash b8"),
                        ("dspark_tau", "DSpark b7")]:
-        if key in log[0]:
-            ax[1].plot(steps, [r[key] for r in log], label=label)
+        if any(key in r for r in log):
+            ax[1].plot([r["step"] for r in log if key in r], [r[key] for r in log if key in r], label=label)
     ax[1].set_xlabel("step")
     ax[1].set_ylabel("accepted + 1 at a random anchor (train batch)")
     ax[1].legend()
