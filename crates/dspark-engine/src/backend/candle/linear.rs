@@ -1,6 +1,7 @@
-//! Matmul weights on candle: dense (f32, or bf16 kept under f32 compute), GGUF blocks run by
-//! our kernels (Q8_0/Q4_0/Q4_1), K-quants through candle's `QMatMul`, MLX affine 4/8-bit run
-//! packed; and the matmul that dispatches on the form (GEMV for few rows, GEMM for prefill).
+//! Matmul weights on candle: dense (f32, or bf16 kept under f32 compute), GGUF blocks repacked
+//! and run by our kernels (Q8_0/Q4_0/Q4_1/Q4_K/Q6_K), other K-quants through candle's
+//! `QMatMul`, MLX affine 4/8-bit run packed; and the matmul that dispatches on the form (GEMV
+//! for few rows, GEMM for prefill).
 
 use std::sync::Arc;
 
@@ -9,14 +10,14 @@ use candle_core::{DType as CDType, Device, Module, Tensor};
 
 use super::{err, CandleBackend};
 use crate::backend::cpu::affine::{self, Affine, OwnedParams};
-use crate::backend::cpu::qgemv::QFormat;
+use crate::backend::cpu::qpack::{QFormat, QPacked};
 use crate::backend::cpu::{gemv::MAX_ROWS, ops as cpu_ops};
 use crate::backend::{profile, BResult, Backend, DType};
 use crate::weights::HostTensor;
 
-/// Our kernels run Q8_0, Q4_0 and Q4_1 (`backend/cpu/qgemv.rs`); candle has SIMD kernels for
-/// the K-quants but only scalar code for Q5_0/Q5_1: re-quantize those to Q8_0 (near-lossless
-/// from 5 bits, and still ~4x smaller than f32).
+/// Our kernels run Q8_0, Q4_0, Q4_1, Q4_K and Q6_K (`backend/cpu/qgemv.rs`); candle has SIMD
+/// kernels for the other K-quants but only scalar code for Q5_0/Q5_1: re-quantize those to Q8_0
+/// (near-lossless from 5 bits, and still ~4x smaller than f32).
 fn fast_cpu_format(
     q: &Arc<candle_core::quantized::QTensor>,
 ) -> BResult<Arc<candle_core::quantized::QTensor>> {
@@ -33,14 +34,10 @@ fn fast_cpu_format(
 
 pub enum CandleLinear {
     Dense(Tensor),
-    /// GGUF formats without a kernel of ours (K-quants): candle's quantized matmul.
+    /// GGUF formats without a kernel of ours (Q2_K, Q3_K, Q5_K, Q8_K): candle's quantized matmul.
     Quant(QMatMul),
-    /// GGUF blocks run by `backend/cpu/qgemv.rs`: `out` rows of `in / 32` blocks.
-    Blocks {
-        bytes: Arc<[u8]>,
-        fmt: QFormat,
-        out: usize,
-    },
+    /// GGUF blocks repacked at load (`backend/cpu/qpack.rs`), run by `backend/cpu/qgemv.rs`.
+    Blocks(Arc<QPacked>),
     /// MLX affine 4/8-bit codes as stored, run by `backend/cpu/affine.rs` (f32 activations).
     Affine {
         codes: Vec<u8>,
@@ -75,6 +72,8 @@ fn our_block_format(d: GgmlDType) -> Option<QFormat> {
         GgmlDType::Q8_0 => Some(QFormat::Q8_0),
         GgmlDType::Q4_0 => Some(QFormat::Q4_0),
         GgmlDType::Q4_1 => Some(QFormat::Q4_1),
+        GgmlDType::Q4K => Some(QFormat::Q4K),
+        GgmlDType::Q6K => Some(QFormat::Q6K),
         _ => None,
     }
 }
@@ -89,12 +88,11 @@ impl CandleBackend {
                 let q = fast_cpu_format(q)?;
                 let ours = our_block_format(q.dtype()).filter(|_| self.cpu_kernels());
                 if let Some(fmt) = ours {
-                    let bytes: Arc<[u8]> = q.data().map_err(err)?.as_ref().into();
-                    return Ok(CandleLinear::Blocks {
-                        bytes,
-                        fmt,
-                        out: q.shape().dims()[0],
-                    });
+                    let (n, k) = q.shape().dims2().map_err(err)?;
+                    let bytes = q.data().map_err(err)?;
+                    let packed = QPacked::from_gguf(fmt, &bytes, n, k)
+                        .map_err(|e| err(candle_core::Error::Msg(e)))?;
+                    return Ok(CandleLinear::Blocks(Arc::new(packed)));
                 }
                 return QMatMul::from_arc(q).map(CandleLinear::Quant).map_err(err);
             }
@@ -132,7 +130,7 @@ impl CandleBackend {
         let _p = profile::span(match w {
             CandleLinear::Dense(_) => "matmul.dense",
             CandleLinear::Quant(_) => "matmul.candle-quant",
-            CandleLinear::Blocks { .. } => "matmul.blocks",
+            CandleLinear::Blocks(_) => "matmul.blocks",
             CandleLinear::Affine { .. } => "matmul.affine",
         });
         match w {
@@ -156,14 +154,7 @@ impl CandleBackend {
                 };
                 on_f32(x, &op)
             }
-            CandleLinear::Blocks { bytes, fmt, out } => {
-                let op = cpu_ops::QGemv {
-                    bytes,
-                    fmt: *fmt,
-                    n: *out,
-                };
-                on_f32(x, &op)
-            }
+            CandleLinear::Blocks(w) => on_f32(x, &cpu_ops::QGemv { w }),
             CandleLinear::Quant(q) => {
                 let xin = x.to_dtype(CDType::F32).map_err(err)?;
                 q.forward(&xin)

@@ -16,6 +16,10 @@ const COLS_PER_TASK: usize = 64;
 /// Panics on inconsistent slice lengths (callers check shapes first).
 pub fn gemv_f32(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        return avx512::gemv(x, m, k, w, n, y);
+    }
+    #[cfg(target_arch = "x86_64")]
     if x86::available() {
         // SAFETY: AVX2 and FMA were detected at run time.
         return drive(x, m, k, w, n, y, |a, b| unsafe { x86::dot_f32(a, b) });
@@ -26,6 +30,10 @@ pub fn gemv_f32(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, y: &mut [f32
 /// As [`gemv_f32`] for bf16 weights (widened to f32 in registers; activations stay f32).
 pub fn gemv_bf16(x: &[f32], m: usize, k: usize, w: &[half::bf16], n: usize, y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        return avx512::gemv(x, m, k, w, n, y);
+    }
+    #[cfg(target_arch = "x86_64")]
     if x86::available() {
         // SAFETY: AVX2 and FMA were detected at run time.
         return drive(x, m, k, w, n, y, |a, b| unsafe { x86::dot_bf16(a, b) });
@@ -33,7 +41,8 @@ pub fn gemv_bf16(x: &[f32], m: usize, k: usize, w: &[half::bf16], n: usize, y: &
     drive(x, m, k, w, n, y, portable::dot_bf16)
 }
 
-/// One f32 dot product with the kernel [`gemv_f32`] uses (same bits for the same inputs).
+/// One f32 dot product (AVX2 or portable; the attention kernels' dot, the same bits whatever
+/// the caller).
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "dot: lengths differ");
     #[cfg(target_arch = "x86_64")]
@@ -187,6 +196,146 @@ mod x86 {
     }
 }
 
+/// AVX-512: a tile of up to 3 rows × 4 columns per pass, so each weight load feeds several
+/// rows (verify blocks run at the speed of the FMA units, not of the loads). Every output keeps
+/// its own two 16-lane accumulators over 32-wide steps (16-wide, then a masked tail), reduced
+/// in a fixed order: the bits do not depend on the tile, so rows are batch-invariant.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    pub fn available() -> bool {
+        std::is_x86_feature_detected!("avx512f")
+    }
+
+    /// 16 weights from `p` (all of them) or the first `mask` lanes, widened to f32.
+    pub trait Load: Copy + Sync {
+        /// # Safety
+        /// AVX-512F available; 16 elements readable at `p` (or the masked ones).
+        unsafe fn load(p: *const Self, mask: __mmask16) -> __m512;
+    }
+
+    impl Load for f32 {
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn load(p: *const f32, mask: __mmask16) -> __m512 {
+            _mm512_maskz_loadu_ps(mask, p)
+        }
+    }
+
+    impl Load for half::bf16 {
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn load(p: *const half::bf16, mask: __mmask16) -> __m512 {
+            let h = _mm256_maskz_loadu_epi16(mask, p as *const i16);
+            _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+        }
+    }
+
+    const ROWS: usize = 3;
+    const COLS: usize = 4;
+    const COLS_PER_TASK: usize = 64;
+
+    pub fn gemv<T: Load>(x: &[f32], m: usize, k: usize, w: &[T], n: usize, y: &mut [f32]) {
+        assert_eq!(x.len(), m * k, "gemv: x is not m*k");
+        assert_eq!(w.len(), n * k, "gemv: w is not n*k");
+        assert_eq!(y.len(), m * n, "gemv: y is not m*n");
+        super::super::column_tasks(y, n, COLS_PER_TASK, n * k * m, |cols| {
+            let mut out = [[0f32; COLS]; ROWS];
+            for j in (cols.j0..cols.j1).step_by(COLS) {
+                let nc = (cols.j1 - j).min(COLS);
+                for r0 in (0..m).step_by(ROWS) {
+                    let nr = (m - r0).min(ROWS);
+                    // SAFETY: AVX-512F detected; rows r0..r0+nr of x and columns j..j+nc of w
+                    // exist (lengths asserted above).
+                    unsafe { dispatch(x, r0, nr, w, j, nc, k, &mut out) };
+                    for (i, row) in out[..nr].iter().enumerate() {
+                        for (c, v) in row[..nc].iter().enumerate() {
+                            cols.set(r0 + i, j + c, *v);
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn dispatch<T: Load>(
+        x: &[f32],
+        r0: usize,
+        nr: usize,
+        w: &[T],
+        j: usize,
+        nc: usize,
+        k: usize,
+        out: &mut [[f32; COLS]; ROWS],
+    ) {
+        let (xp, wp) = (x.as_ptr().add(r0 * k), w.as_ptr().add(j * k));
+        macro_rules! go {
+            ($($r:literal, $c:literal);*) => {
+                match (nr, nc) {
+                    $(($r, $c) => tile::<$r, $c, T>(xp, wp, k, out),)*
+                    _ => unreachable!("tile {nr}x{nc}"),
+                }
+            };
+        }
+        go!(1, 1; 1, 2; 1, 3; 1, 4; 2, 1; 2, 2; 2, 3; 2, 4; 3, 1; 3, 2; 3, 3; 3, 4)
+    }
+
+    /// One 16-wide slice at offset `o` (lanes in `mask`) of every output in the tile, into `acc`:
+    /// C weight registers, one x register per row.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn slice<const R: usize, const C: usize, T: Load>(
+        xp: *const f32,
+        wp: *const T,
+        k: usize,
+        o: usize,
+        mask: __mmask16,
+        acc: &mut [[__m512; C]; R],
+    ) {
+        let wv: [__m512; C] = std::array::from_fn(|c| T::load(wp.add(c * k + o), mask));
+        for (r, acc_r) in acc.iter_mut().enumerate() {
+            let xv = _mm512_maskz_loadu_ps(mask, xp.add(r * k + o));
+            for (a, w) in acc_r.iter_mut().zip(&wv) {
+                *a = _mm512_fmadd_ps(xv, *w, *a);
+            }
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn tile<const R: usize, const C: usize, T: Load>(
+        xp: *const f32,
+        wp: *const T,
+        k: usize,
+        out: &mut [[f32; COLS]; ROWS],
+    ) {
+        let mut a0 = [[_mm512_setzero_ps(); C]; R];
+        let mut a1 = [[_mm512_setzero_ps(); C]; R];
+        let all: __mmask16 = 0xffff;
+        let mut i = 0;
+        while i + 32 <= k {
+            slice(xp, wp, k, i, all, &mut a0);
+            slice(xp, wp, k, i + 16, all, &mut a1);
+            i += 32;
+        }
+        if i + 16 <= k {
+            slice(xp, wp, k, i, all, &mut a0);
+            i += 16;
+        }
+        if i < k {
+            slice(xp, wp, k, i, ((1u32 << (k - i)) - 1) as u16, &mut a1);
+        }
+        for r in 0..R {
+            for c in 0..C {
+                out[r][c] = _mm512_reduce_add_ps(_mm512_add_ps(a0[r][c], a1[r][c]));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,10 +403,45 @@ mod tests {
                     y[r * n..(r + 1) * n],
                     "row {r} of {m} differs from alone"
                 );
-                for j in 0..n {
-                    assert_eq!(one[j], dot(&x[r * k..(r + 1) * k], &w[j * k..(j + 1) * k]));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod timing {
+    /// On-CPU nanoseconds of this thread (unaffected by time spent descheduled).
+    fn cpu_ns() -> u64 {
+        let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+        s.split_whitespace().next().unwrap().parse().unwrap()
+    }
+
+    /// One thread (a single task), on-CPU time: `cargo test --release -p dspark-engine
+    /// gemv_timing -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn gemv_timing() {
+        let (n, k) = (1536, 576);
+        let w: Vec<f32> = (0..n * k).map(|i| (i % 13) as f32).collect();
+        for m in [1usize, 3, 5, 9] {
+            let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
+            let mut y = vec![0f32; m * n];
+            let t = cpu_ns();
+            for _ in 0..300 {
+                // below the parallel threshold per call: n/64 column slices run inline
+                for (wc, yc) in w.chunks(64 * k).zip(0..) {
+                    let nn = wc.len() / k;
+                    let mut ys = vec![0f32; m * nn];
+                    super::gemv_f32(&x, m, k, wc, nn, &mut ys);
+                    y[yc] = ys[0];
                 }
             }
+            let ns = (cpu_ns() - t) as f64 / 300.0;
+            println!(
+                "f32 m={m}: {:.1} us/call, {:.3} ns/(row*weight)",
+                ns / 1e3,
+                ns / (m * n * k) as f64
+            );
         }
     }
 }

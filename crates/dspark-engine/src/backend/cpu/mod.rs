@@ -9,6 +9,7 @@ pub mod attention;
 pub mod gemv;
 pub mod ops;
 pub mod qgemv;
+pub mod qpack;
 pub mod swiglu;
 
 use rayon::prelude::*;

@@ -6,7 +6,7 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, S
 use super::affine::{affine_gemv, Affine};
 use super::attention::{attention, View};
 use super::gemv::{gemv_bf16, gemv_f32};
-use super::qgemv::{qgemv, QFormat};
+use super::qgemv::{qgemv, QPacked};
 use super::swiglu::{swiglu, Rows};
 use crate::backend::AttnMask;
 
@@ -100,11 +100,9 @@ impl CustomOp3 for Attention {
     }
 }
 
-/// `x[.., k] · W[n, k]ᵀ` with W in GGUF blocks (`bytes`: n rows of k/32 blocks of `fmt`).
+/// `x[.., k] · W[n, k]ᵀ` with W GGUF-quantized, packed by `qpack.rs`.
 pub struct QGemv<'a> {
-    pub bytes: &'a [u8],
-    pub fmt: QFormat,
-    pub n: usize,
+    pub w: &'a QPacked,
 }
 
 impl CustomOp1 for QGemv<'_> {
@@ -118,13 +116,10 @@ impl CustomOp1 for QGemv<'_> {
             .ok_or_else(|| msg("qgemv: x not contiguous"))?;
         let xd = xl.dims();
         let (&k, lead) = xd.split_last().ok_or_else(|| msg("qgemv: x is a scalar"))?;
-        let row_bytes = k / super::qgemv::QK * self.fmt.block_bytes();
-        if !k.is_multiple_of(super::qgemv::QK) || self.bytes.len() != self.n * row_bytes {
+        if k != self.w.k {
             return Err(msg(format!(
-                "qgemv: x {xd:?} does not fit {} rows of {:?} ({} bytes)",
-                self.n,
-                self.fmt,
-                self.bytes.len()
+                "qgemv: x {xd:?} does not fit a [{}, {}] {:?} weight",
+                self.w.n, self.w.k, self.w.fmt
             )));
         }
         let x = match xs {
@@ -132,10 +127,10 @@ impl CustomOp1 for QGemv<'_> {
             _ => return Err(msg("qgemv: x must be f32")),
         };
         let m = lead.iter().product::<usize>();
-        let mut y = vec![0f32; m * self.n];
-        qgemv(x, m, k, self.bytes, self.fmt, self.n, &mut y);
+        let mut y = vec![0f32; m * self.w.n];
+        qgemv(x, m, self.w, &mut y);
         let mut od = xd.to_vec();
-        *od.last_mut().unwrap() = self.n;
+        *od.last_mut().unwrap() = self.w.n;
         Ok((CpuStorage::F32(y), Shape::from(od)))
     }
 }

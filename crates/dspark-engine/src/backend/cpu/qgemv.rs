@@ -1,273 +1,288 @@
-//! Quantized decode GEMV on the CPU for GGUF block formats Q8_0, Q4_0 and Q4_1:
-//! `y[m, n] = x[m, k] · W[n, k]ᵀ` with W kept in its 32-element blocks.
+//! Quantized GEMV/GEMM on the CPU: `y[m, n] = x[m, k] · W[n, k]ᵀ` with W packed by
+//! [`super::qpack`] (GGUF Q8_0, Q4_0, Q4_1, Q4_K, Q6_K).
 //!
 //! Each activation row is quantized once per call to 8-bit blocks of 32 (scale = max|x|/127,
-//! with the block sum kept for the offset formats), as llama.cpp does. Per block the integer
-//! dot is exact; blocks are combined in a fixed order, so a row's result does not depend on
-//! how many rows share the call (batch invariance) nor on the SIMD path's availability.
+//! as llama.cpp does), laid out in the same pairs as the weights. Per pair the integer dot is
+//! exact (u8·i8 into i32, the zero point folded into the accumulator's start value); it is then
+//! scaled and added into one f32 accumulator per output in a fixed order. A tile of up to 4 rows
+//! × 4 columns shares each load, but every output runs the same instruction sequence whatever
+//! the tile, so a row's result does not depend on how many rows share the call (batch
+//! invariance: a verify block gives the bits of one-row decode steps).
 
-/// Elements per block in every format here.
-pub const QK: usize = 32;
+use super::qpack::COL_TILE;
+pub use super::qpack::{QFormat, QPacked, QK};
 
-/// GGUF block formats with a kernel here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QFormat {
-    /// f16 scale + 32 × i8
-    Q8_0,
-    /// f16 scale + 16 bytes of nibbles, value (q - 8) · d
-    Q4_0,
-    /// f16 scale, f16 min + 16 bytes of nibbles, value q · d + m
-    Q4_1,
+/// Activation rows quantized in the pair layout of a [`QPacked`] weight.
+pub struct QRows {
+    np: usize,
+    nm: usize,
+    /// `m · np · 64` codes `[A0‥15, B0‥15, A16‥31, B16‥31]`
+    codes: Vec<i8>,
+    /// `m · np · 16`: `−zp · Σ` of each group of four codes (the integer dot's start value)
+    start: Vec<i32>,
+    /// `m · np · 16`: the block scale of each group of four codes
+    scale: Vec<f32>,
+    /// `m · nm`: `d · Σ codes` per block (for the weight's per-block min)
+    dsum: Vec<f32>,
 }
 
-impl QFormat {
-    pub fn block_bytes(self) -> usize {
-        match self {
-            QFormat::Q8_0 => 34,
-            QFormat::Q4_0 => 18,
-            QFormat::Q4_1 => 20,
-        }
-    }
-}
+/// Rows handled per tile.
+const ROW_TILE: usize = 4;
 
-/// One activation row quantized to 8 bits: per block a scale, the sum of codes, 32 codes.
-pub struct QRow {
-    pub d: Vec<f32>,
-    /// `d · Σ codes` per block (for Q4_1's offset term)
-    pub ds: Vec<f32>,
-    pub qs: Vec<i8>,
-}
-
-/// Quantizes `x` (length a multiple of [`QK`]) block by block.
-pub fn quantize_row(x: &[f32]) -> QRow {
-    let nb = x.len() / QK;
-    let mut out = QRow {
-        d: Vec::with_capacity(nb),
-        ds: Vec::with_capacity(nb),
-        qs: vec![0; nb * QK],
+/// Quantizes `m` rows of `x` (`m · k`) for `w`.
+pub fn quantize_rows(x: &[f32], m: usize, w: &QPacked) -> QRows {
+    let (k, np, nm) = (w.k, w.np, w.nm);
+    let zp = w.fmt.zero_point();
+    let mut q = QRows {
+        np,
+        nm,
+        codes: vec![0; m * np * 64],
+        start: vec![0; m * np * 16],
+        scale: vec![0.0; m * np * 16],
+        dsum: vec![0.0; m * nm],
     };
-    for (b, blk) in x.chunks_exact(QK).enumerate() {
-        let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-        let mut s = 0i32;
-        for (q, v) in out.qs[b * QK..(b + 1) * QK].iter_mut().zip(blk) {
-            *q = (v * id).round() as i8;
-            s += *q as i32;
+    for r in 0..m {
+        for (b, blk) in x[r * k..(r + 1) * k].chunks_exact(QK).enumerate() {
+            let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let (pair, second) = (b / 2, b % 2);
+            let base = (r * np + pair) * 64;
+            let codes: [i8; QK] = std::array::from_fn(|i| (blk[i] * id).round_ties_even() as i8);
+            for (i, c) in codes.iter().enumerate() {
+                q.codes[base + 32 * (i / 16) + 16 * second + i % 16] = *c;
+            }
+            let sum: i32 = codes.iter().map(|&c| c as i32).sum();
+            q.dsum[r * nm + b] = d * sum as f32;
+            for (g, four) in codes.chunks_exact(4).enumerate() {
+                // groups of four: g 0..3 hold codes 0‥15, g 4..7 codes 16‥31
+                let lane = (r * np + pair) * 16 + (g / 4) * 8 + second * 4 + g % 4;
+                q.start[lane] = -zp * four.iter().map(|&c| c as i32).sum::<i32>();
+                q.scale[lane] = d;
+            }
         }
-        out.d.push(d);
-        out.ds.push(d * s as f32);
     }
-    out
+    q
 }
 
-/// Rows of activations handled together against one weight row (the block is unpacked once).
-const ROW_GROUP: usize = 4;
-
-/// `y[m * n]` from `x[m * k]` and quantized `w` (`n` rows of `k / 32` blocks).
-/// Panics on inconsistent lengths or a `k` that is not a multiple of 32 (callers check).
-pub fn qgemv(x: &[f32], m: usize, k: usize, w: &[u8], fmt: QFormat, n: usize, y: &mut [f32]) {
-    assert!(
-        k.is_multiple_of(QK),
-        "qgemv: k = {k} is not a multiple of {QK}"
-    );
-    assert_eq!(x.len(), m * k, "qgemv: x is not m*k");
-    assert_eq!(y.len(), m * n, "qgemv: y is not m*n");
-    let rb = k / QK * fmt.block_bytes();
-    assert_eq!(w.len(), n * rb, "qgemv: w is not n rows of k/32 blocks");
-    let rows: Vec<QRow> = x.chunks_exact(k).map(quantize_row).collect();
-    let kernel = row_kernel(fmt);
+/// `y[m · n]` from `x[m · k]` and packed `w`. Panics on inconsistent lengths (callers check).
+pub fn qgemv(x: &[f32], m: usize, w: &QPacked, y: &mut [f32]) {
+    assert_eq!(x.len(), m * w.k, "qgemv: x is not m*k");
+    assert_eq!(y.len(), m * w.n, "qgemv: y is not m*n");
+    let rows = quantize_rows(x, m, w);
+    let tile = tile_kernel(w.fmt);
     const COLS_PER_TASK: usize = 32;
-    super::column_tasks(y, n, COLS_PER_TASK, n * k * m, |cols| {
-        let mut acc = [0f32; ROW_GROUP];
-        for j in cols.j0..cols.j1 {
-            let wr = &w[j * rb..(j + 1) * rb];
-            for (g, group) in rows.chunks(ROW_GROUP).enumerate() {
-                // SAFETY: the kernel was chosen for this CPU; `wr` holds k/32 whole blocks and
-                // every row k codes.
-                unsafe { kernel(wr, group, &mut acc[..group.len()]) };
-                for (i, v) in acc[..group.len()].iter().enumerate() {
-                    cols.set(g * ROW_GROUP + i, j, *v);
+    super::column_tasks(y, w.n, COLS_PER_TASK, w.n * w.k * m, |cols| {
+        let mut out = [[0f32; COL_TILE]; ROW_TILE];
+        for j in (cols.j0..cols.j1).step_by(COL_TILE) {
+            for r0 in (0..m).step_by(ROW_TILE) {
+                let nr = (m - r0).min(ROW_TILE);
+                // SAFETY: the kernel was chosen for this CPU; `j` is a multiple of COL_TILE
+                // below n_pad and rows r0..r0+nr exist.
+                unsafe { tile(w, j, &rows, r0, nr, &mut out) };
+                for (i, row) in out[..nr].iter().enumerate() {
+                    for (c, v) in row.iter().enumerate() {
+                        if j + c < cols.j1 {
+                            cols.set(r0 + i, j + c, *v);
+                        }
+                    }
                 }
             }
         }
     });
 }
 
-/// One weight row against up to [`ROW_GROUP`] activation rows: `out[i] = w · rows[i]`.
-type RowKernel = unsafe fn(&[u8], &[QRow], &mut [f32]);
+/// Columns `j..j+4` of `w` against rows `r0..r0+nr` of `x`.
+type TileKernel =
+    unsafe fn(&QPacked, usize, &QRows, usize, usize, &mut [[f32; COL_TILE]; ROW_TILE]);
 
-fn row_kernel(fmt: QFormat) -> RowKernel {
+fn tile_kernel(fmt: QFormat) -> TileKernel {
     #[cfg(target_arch = "x86_64")]
-    if x86::available() {
-        return match fmt {
-            QFormat::Q8_0 => x86::rows_q8_0,
-            QFormat::Q4_0 => x86::rows_q4_0,
-            QFormat::Q4_1 => x86::rows_q4_1,
+    if avx512::available() {
+        return match (fmt.nibbles(), fmt.per16()) {
+            (true, _) => avx512::tile::<true, false>,
+            (false, false) => avx512::tile::<false, false>,
+            (false, true) => avx512::tile::<false, true>,
         };
     }
-    match fmt {
-        QFormat::Q8_0 => portable::rows_q8_0,
-        QFormat::Q4_0 => portable::rows_q4_0,
-        QFormat::Q4_1 => portable::rows_q4_1,
+    let _ = fmt;
+    portable::tile
+}
+
+/// `Σ_b min_b · dsum_b` for the formats with a per-block min (0 otherwise), in a fixed order.
+fn min_term(w: &QPacked, j: usize, x: &QRows, r: usize) -> f32 {
+    if !w.fmt.has_min() {
+        return 0.0;
     }
-}
-
-fn f16(lo: u8, hi: u8) -> f32 {
-    half::f16::from_bits(u16::from_le_bytes([lo, hi])).to_f32()
-}
-
-/// Plain Rust: per block an exact integer dot, scaled and summed into 8 lanes as the AVX2
-/// path does (lane = block index mod 8), so both paths agree closely (not bit for bit).
-mod portable {
-    use super::{f16, QRow, QK};
-
-    fn rows_by(
-        w: &[u8],
-        rows: &[QRow],
-        out: &mut [f32],
-        bb: usize,
-        block: impl Fn(&[u8], &[i8]) -> (f32, i32),
-    ) {
-        for (o, x) in out.iter_mut().zip(rows) {
-            let mut acc = 0f32;
-            let mut off = 0f32;
-            for (b, blk) in w.chunks_exact(bb).enumerate() {
-                let (dw, s) = block(blk, &x.qs[b * QK..(b + 1) * QK]);
-                acc += dw * x.d[b] * s as f32;
-                if bb == 20 {
-                    off += f16(blk[2], blk[3]) * x.ds[b];
-                }
-            }
-            *o = acc + off;
+    let (mins, ds) = (
+        &w.mins[j * w.nm..(j + 1) * w.nm],
+        &x.dsum[r * x.nm..(r + 1) * x.nm],
+    );
+    let mut acc = [0f32; 16];
+    for (mc, dc) in mins.chunks_exact(16).zip(ds.chunks_exact(16)) {
+        for l in 0..16 {
+            acc[l] += mc[l] * dc[l];
         }
     }
+    acc.iter().sum()
+}
 
-    fn nib(q: &[u8], i: usize) -> i32 {
-        (if i < 16 { q[i] & 0x0f } else { q[i - 16] >> 4 }) as i32
-    }
+/// Plain Rust, same arithmetic as the SIMD path up to f32 rounding order.
+mod portable {
+    use super::{min_term, QPacked, QRows, COL_TILE, ROW_TILE};
 
-    pub unsafe fn rows_q8_0(w: &[u8], rows: &[QRow], out: &mut [f32]) {
-        rows_by(w, rows, out, 34, |blk, x| {
-            let s = (0..QK).map(|i| blk[2 + i] as i8 as i32 * x[i] as i32).sum();
-            (f16(blk[0], blk[1]), s)
-        })
-    }
-
-    pub unsafe fn rows_q4_0(w: &[u8], rows: &[QRow], out: &mut [f32]) {
-        rows_by(w, rows, out, 18, |blk, x| {
-            let s = (0..QK).map(|i| (nib(&blk[2..], i) - 8) * x[i] as i32).sum();
-            (f16(blk[0], blk[1]), s)
-        })
-    }
-
-    pub unsafe fn rows_q4_1(w: &[u8], rows: &[QRow], out: &mut [f32]) {
-        rows_by(w, rows, out, 20, |blk, x| {
-            let s = (0..QK).map(|i| nib(&blk[4..], i) * x[i] as i32).sum();
-            (f16(blk[0], blk[1]), s)
-        })
+    pub unsafe fn tile(
+        w: &QPacked,
+        j: usize,
+        x: &QRows,
+        r0: usize,
+        nr: usize,
+        out: &mut [[f32; COL_TILE]; ROW_TILE],
+    ) {
+        let (cpp, spp) = (w.codes_per_pair(), w.fmt.scales_per_pair());
+        for (i, row) in out[..nr].iter_mut().enumerate() {
+            let r = r0 + i;
+            for (c, o) in row.iter_mut().enumerate() {
+                let col = j + c;
+                let mut acc = [0f32; 16];
+                for p in 0..w.np {
+                    let wc = &w.codes[(col * w.np + p) * cpp..(col * w.np + p + 1) * cpp];
+                    let ws = &w.scales[(col * w.np + p) * spp..];
+                    let xb = (r * x.np + p) * 16;
+                    let xc = &x.codes[xb * 4..xb * 4 + 64];
+                    for (l, a) in acc.iter_mut().enumerate() {
+                        let mut s = x.start[xb + l];
+                        for t in 0..4 {
+                            let e = 4 * l + t;
+                            let code = if cpp == 32 {
+                                if e < 32 {
+                                    wc[e] & 15
+                                } else {
+                                    wc[e - 32] >> 4
+                                }
+                            } else {
+                                wc[e]
+                            };
+                            s += code as i32 * xc[e] as i32;
+                        }
+                        // lane l: group (l / 4) % 2 is block A or B, l / 8 the half
+                        let scale = if spp == 4 {
+                            ws[(l / 8) * 2 + (l / 4) % 2]
+                        } else {
+                            ws[(l / 4) % 2]
+                        };
+                        *a += s as f32 * (scale * x.scale[xb + l]);
+                    }
+                }
+                *o = acc.iter().sum::<f32>() + min_term(w, col, x, r);
+            }
+        }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{QRow, QK, ROW_GROUP};
+    use super::{QPacked, QRows, COL_TILE, ROW_TILE};
 
     pub fn available() -> bool {
-        std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma")
-            && std::is_x86_feature_detected!("f16c")
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vnni")
     }
 
-    /// An f16 stored little-endian at `p`, widened by the F16C instruction.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn f16_at(p: *const u8) -> f32 {
-        let h = _mm_cvtsi32_si128(u16::from_le_bytes([*p, *p.add(1)]) as i32);
-        _mm_cvtss_f32(_mm_cvtph_ps(h))
+    /// 64 codes of one pair as u8 lanes.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn codes<const NIB: bool>(p: *const u8) -> __m512i {
+        if NIB {
+            let v = _mm256_loadu_si256(p as *const __m256i);
+            let both = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+            _mm512_and_si512(both, _mm512_set1_epi8(15))
+        } else {
+            _mm512_loadu_si512(p as *const __m512i)
+        }
     }
 
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn hsum(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 0b01)))
+    /// The 16 lane scales of one pair from its 2 or 4 stored scales.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn scales<const PER16: bool>(p: *const f32) -> __m512 {
+        if PER16 {
+            let idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+            _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_loadu_ps(p)))
+        } else {
+            let idx = _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);
+            let two = _mm_castsi128_ps(_mm_loadl_epi64(p as *const __m128i));
+            _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(two))
+        }
     }
 
-    /// 32 nibbles (low halves then high halves of 16 bytes) as u8 lanes.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn nibbles(p: *const u8) -> __m256i {
-        let b = _mm_loadu_si128(p as *const __m128i);
-        let mask = _mm_set1_epi8(0x0f);
-        let lo = _mm_and_si128(b, mask);
-        let hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
-        _mm256_set_m128i(hi, lo)
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn min_term(w: &QPacked, j: usize, x: &QRows, r: usize) -> f32 {
+        if !w.fmt.has_min() {
+            return 0.0;
+        }
+        let (mp, dp) = (w.mins.as_ptr().add(j * w.nm), x.dsum.as_ptr().add(r * x.nm));
+        let mut acc = _mm512_setzero_ps();
+        for b in (0..w.nm).step_by(16) {
+            acc = _mm512_fmadd_ps(_mm512_loadu_ps(mp.add(b)), _mm512_loadu_ps(dp.add(b)), acc);
+        }
+        _mm512_reduce_add_ps(acc)
     }
 
-    /// Σ u·s over 32 lanes as 8 i32 lanes, as f32 (maddubs pairs stay in i16: |u| ≤ 128,
-    /// |s| ≤ 127).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot_lanes(u: __m256i, s: __m256i) -> __m256 {
-        let p16 = _mm256_maddubs_epi16(u, s);
-        _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn tile<const NIB: bool, const PER16: bool>(
+        w: &QPacked,
+        j: usize,
+        x: &QRows,
+        r0: usize,
+        nr: usize,
+        out: &mut [[f32; COL_TILE]; ROW_TILE],
+    ) {
+        match nr {
+            1 => rows::<1, NIB, PER16>(w, j, x, r0, out),
+            2 => rows::<2, NIB, PER16>(w, j, x, r0, out),
+            3 => rows::<3, NIB, PER16>(w, j, x, r0, out),
+            _ => rows::<4, NIB, PER16>(w, j, x, r0, out),
+        }
     }
 
-    /// Shared driver: `signed` blocks give i8 codes (sign trick), others u8 nibbles.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn rows(w: &[u8], rows: &[QRow], out: &mut [f32], bb: usize, fmt: u8) {
-        let n = rows.len();
-        debug_assert!(n <= ROW_GROUP && out.len() == n);
-        let mut acc = [_mm256_setzero_ps(); ROW_GROUP];
-        let mut off = [0f32; ROW_GROUP];
-        for (b, blk) in w.chunks_exact(bb).enumerate() {
-            let p = blk.as_ptr();
-            let dw = f16_at(p);
-            let mw = if fmt == 2 { f16_at(p.add(2)) } else { 0.0 };
-            // unpack once for all rows
-            let (u, sgn) = match fmt {
-                0 => {
-                    let q = _mm256_loadu_si256(p.add(2) as *const __m256i);
-                    (_mm256_sign_epi8(q, q), Some(q))
-                }
-                1 => {
-                    let q = _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8));
-                    (_mm256_sign_epi8(q, q), Some(q))
-                }
-                _ => (nibbles(p.add(4)), None),
-            };
-            for i in 0..n {
-                let x = &rows[i];
-                let xv = _mm256_loadu_si256(x.qs.as_ptr().add(b * QK) as *const __m256i);
-                let s = match sgn {
-                    Some(q) => _mm256_sign_epi8(xv, q),
-                    None => xv,
-                };
-                let scale = _mm256_set1_ps(dw * x.d[b]);
-                acc[i] = _mm256_fmadd_ps(scale, dot_lanes(u, s), acc[i]);
-                if fmt == 2 {
-                    off[i] += mw * x.ds[b];
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn rows<const R: usize, const NIB: bool, const PER16: bool>(
+        w: &QPacked,
+        j: usize,
+        x: &QRows,
+        r0: usize,
+        out: &mut [[f32; COL_TILE]; ROW_TILE],
+    ) {
+        let (cpp, spp) = (w.codes_per_pair(), w.fmt.scales_per_pair());
+        let mut acc = [[_mm512_setzero_ps(); COL_TILE]; R];
+        let wc = w.codes.as_ptr().add(j * w.np * cpp);
+        let ws = w.scales.as_ptr().add(j * w.np * spp);
+        for p in 0..w.np {
+            let mut wv = [_mm512_setzero_si512(); COL_TILE];
+            let mut sv = [_mm512_setzero_ps(); COL_TILE];
+            for c in 0..COL_TILE {
+                wv[c] = codes::<NIB>(wc.add((c * w.np + p) * cpp));
+                sv[c] = scales::<PER16>(ws.add((c * w.np + p) * spp));
+            }
+            for (i, acc_r) in acc.iter_mut().enumerate() {
+                let xb = ((r0 + i) * x.np + p) * 16;
+                let xc = _mm512_loadu_si512(x.codes.as_ptr().add(xb * 4) as *const __m512i);
+                let st = _mm512_loadu_si512(x.start.as_ptr().add(xb) as *const __m512i);
+                let xs = _mm512_loadu_ps(x.scale.as_ptr().add(xb));
+                for c in 0..COL_TILE {
+                    let dot = _mm512_dpbusd_epi32(st, wv[c], xc);
+                    let sc = _mm512_mul_ps(sv[c], xs);
+                    acc_r[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc_r[c]);
                 }
             }
         }
-        for i in 0..n {
-            out[i] = hsum(acc[i]) + off[i];
+        for (i, acc_r) in acc.iter().enumerate() {
+            for c in 0..COL_TILE {
+                out[i][c] = _mm512_reduce_add_ps(acc_r[c]) + min_term(w, j + c, x, r0 + i);
+            }
         }
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn rows_q8_0(w: &[u8], r: &[QRow], out: &mut [f32]) {
-        rows(w, r, out, 34, 0)
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn rows_q4_0(w: &[u8], r: &[QRow], out: &mut [f32]) {
-        rows(w, r, out, 18, 1)
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn rows_q4_1(w: &[u8], r: &[QRow], out: &mut [f32]) {
-        rows(w, r, out, 20, 2)
     }
 }
 
@@ -282,68 +297,58 @@ mod tests {
         *seed >> 33
     }
 
-    /// Random blocks of `fmt` and their values dequantized from the format's definition.
-    fn random_weights(fmt: QFormat, n: usize, k: usize, seed: &mut u64) -> (Vec<u8>, Vec<f32>) {
-        let (nb, bb) = (k / QK, fmt.block_bytes());
-        let mut w = vec![0u8; n * nb * bb];
-        let mut deq = vec![0f32; n * k];
-        for j in 0..n {
-            for b in 0..nb {
-                let blk = &mut w[(j * nb + b) * bb..(j * nb + b + 1) * bb];
-                let d = half::f16::from_f32(0.001 + (rng(seed) % 1000) as f32 * 1e-5);
-                let m = half::f16::from_f32(-((rng(seed) % 1000) as f32) * 1e-4);
-                blk[0..2].copy_from_slice(&d.to_bits().to_le_bytes());
-                let codes = if fmt == QFormat::Q4_1 {
-                    blk[2..4].copy_from_slice(&m.to_bits().to_le_bytes());
-                    4
-                } else {
-                    2
-                };
-                for byte in &mut blk[codes..] {
-                    *byte = rng(seed) as u8;
+    /// Random GGUF bytes for `fmt` with small, valid f16 scales.
+    fn random_gguf(fmt: QFormat, n: usize, k: usize, seed: &mut u64) -> Vec<u8> {
+        let (bb, be) = fmt.gguf_block();
+        let mut w: Vec<u8> = (0..n * k / be * bb).map(|_| rng(seed) as u8).collect();
+        let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
+        for blk in w.chunks_exact_mut(bb) {
+            let d = f16(0.001 + (rng(seed) % 1000) as f32 * 1e-5);
+            let m = f16((rng(seed) % 1000) as f32 * 1e-4 - 0.05);
+            match fmt {
+                QFormat::Q8_0 | QFormat::Q4_0 => blk[0..2].copy_from_slice(&d),
+                QFormat::Q4_1 | QFormat::Q4K => {
+                    blk[0..2].copy_from_slice(&d);
+                    blk[2..4].copy_from_slice(&m);
                 }
-                let nib = |i: usize| {
-                    let q = &blk[codes..];
-                    (if i < 16 { q[i] & 0x0f } else { q[i - 16] >> 4 }) as f32
-                };
-                for i in 0..QK {
-                    deq[j * k + b * QK + i] = match fmt {
-                        QFormat::Q8_0 => blk[2 + i] as i8 as f32 * d.to_f32(),
-                        QFormat::Q4_0 => (nib(i) - 8.0) * d.to_f32(),
-                        QFormat::Q4_1 => nib(i) * d.to_f32() + m.to_f32(),
-                    };
-                }
+                QFormat::Q6K => blk[208..210].copy_from_slice(&d),
             }
         }
-        (w, deq)
+        w
     }
 
-    /// Each output is within the error that 8-bit activation rounding can cause:
+    /// Each output is within what 8-bit activation rounding can cause,
     /// Σ_i |w_i| · amax(block of i) / 254 (plus f32 slop), and rows are batch-invariant.
     #[test]
-    fn quantized_matmul_equals_dequantized_within_the_activation_rounding_bound() {
+    fn packed_matmul_equals_dequantized_within_the_activation_rounding_bound() {
         let mut seed = 11;
-        for fmt in [QFormat::Q8_0, QFormat::Q4_0, QFormat::Q4_1] {
-            for &(m, k, n) in &[(1, 576, 300), (5, 1536, 97), (3, 64, 5), (9, 32, 40)] {
-                let (w, deq) = random_weights(fmt, n, k, &mut seed);
+        let formats = [
+            QFormat::Q8_0,
+            QFormat::Q4_0,
+            QFormat::Q4_1,
+            QFormat::Q4K,
+            QFormat::Q6K,
+        ];
+        for fmt in formats {
+            let be = fmt.gguf_block().1;
+            for &(m, kb, n) in &[(1, 3, 300), (5, 2, 97), (3, 1, 5), (9, 1, 41), (4, 6, 8)] {
+                let k = kb * be.max(32);
+                let bytes = random_gguf(fmt, n, k, &mut seed);
+                let w = QPacked::from_gguf(fmt, &bytes, n, k).unwrap();
                 let x: Vec<f32> = (0..m * k)
                     .map(|_| (rng(&mut seed) % 2000) as f32 / 1000.0 - 1.0)
                     .collect();
                 let mut y = vec![0f32; m * n];
-                qgemv(&x, m, k, &w, fmt, n, &mut y);
+                qgemv(&x, m, &w, &mut y);
                 for r in 0..m {
                     let xr = &x[r * k..(r + 1) * k];
                     let mut alone = vec![0f32; n];
-                    qgemv(xr, 1, k, &w, fmt, n, &mut alone);
-                    assert_eq!(
-                        alone[..],
-                        y[r * n..(r + 1) * n],
-                        "{fmt:?}: row {r} not invariant"
-                    );
+                    qgemv(xr, 1, &w, &mut alone);
+                    assert_eq!(alone[..], y[r * n..(r + 1) * n], "{fmt:?}: row {r} varies");
                     for j in 0..n {
-                        let wj = &deq[j * k..(j + 1) * k];
+                        let wj = w.dequantize_row(j);
                         let exact: f64 =
-                            xr.iter().zip(wj).map(|(a, b)| *a as f64 * *b as f64).sum();
+                            xr.iter().zip(&wj).map(|(a, b)| *a as f64 * *b as f64).sum();
                         let bound: f64 = xr
                             .chunks(QK)
                             .zip(wj.chunks(QK))
@@ -361,6 +366,91 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn portable_path_agrees_with_the_dispatched_one() {
+        let mut seed = 5;
+        for fmt in [QFormat::Q8_0, QFormat::Q4_1] {
+            let k = 256;
+            let (m, n) = (3, 9);
+            let w = QPacked::from_gguf(fmt, &random_gguf(fmt, n, k, &mut seed), n, k).unwrap();
+            let x: Vec<f32> = (0..m * k)
+                .map(|_| (rng(&mut seed) % 200) as f32 / 100.0 - 1.0)
+                .collect();
+            let mut y = vec![0f32; m * n];
+            qgemv(&x, m, &w, &mut y);
+            let rows = quantize_rows(&x, m, &w);
+            let mut out = [[0f32; COL_TILE]; ROW_TILE];
+            for j in (0..n).step_by(COL_TILE) {
+                // SAFETY: plain Rust; j < n_pad, rows 0..m exist.
+                unsafe { portable::tile(&w, j, &rows, 0, m, &mut out) };
+                for r in 0..m {
+                    for c in 0..COL_TILE.min(n - j) {
+                        let (a, b) = (out[r][c], y[r * n + j + c]);
+                        assert!(
+                            (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                            "{fmt:?}: {a} vs {b}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod timing {
+    use super::*;
+
+    /// On-CPU nanoseconds of this thread (unaffected by time spent descheduled).
+    fn cpu_ns() -> u64 {
+        let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+        s.split_whitespace().next().unwrap().parse().unwrap()
+    }
+
+    /// One thread, on-CPU time: `cargo test --release -p dspark-engine qgemv_timing --
+    /// --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn qgemv_timing() {
+        let (n, k) = (1536, 576);
+        let mut seed = 1u64;
+        let mut r = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as u8
+        };
+        for fmt in [QFormat::Q8_0, QFormat::Q4_1] {
+            let (bb, be) = fmt.gguf_block();
+            let mut bytes: Vec<u8> = (0..n * k / be * bb).map(|_| r()).collect();
+            for blk in bytes.chunks_exact_mut(bb) {
+                blk[0..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+                blk[2..4].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+            }
+            let w = QPacked::from_gguf(fmt, &bytes, n, k).unwrap();
+            let tile = tile_kernel(fmt);
+            for m in [1usize, 4] {
+                let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
+                let rows = quantize_rows(&x, m, &w);
+                let mut out = [[0f32; COL_TILE]; ROW_TILE];
+                let iters = 300;
+                let t = cpu_ns();
+                for _ in 0..iters {
+                    for j in (0..n).step_by(COL_TILE) {
+                        unsafe { tile(&w, j, &rows, 0, m, &mut out) };
+                    }
+                }
+                let ns = (cpu_ns() - t) as f64 / iters as f64;
+                let blocks = (n * k / 32 * m) as f64;
+                println!(
+                    "{fmt:?} m={m}: {:.1} us/call, {:.2} ns/block/row",
+                    ns / 1e3,
+                    ns / blocks
+                );
             }
         }
     }

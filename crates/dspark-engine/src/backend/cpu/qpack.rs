@@ -1,0 +1,376 @@
+//! GGUF block-quantized weights repacked once at load into the layout [`super::qgemv`] streams.
+//!
+//! Every weight becomes `scale · (code − zp) + min` with an unsigned code (4 or 8 bits), an f32
+//! scale per 16 or 32 elements, an optional f32 `min` per 32-element block and a zero point
+//! fixed by the format. Two consecutive 32-element blocks A and B form a *pair* whose codes are
+//! ordered `[A0‥15, B0‥15, A16‥31, B16‥31]` (as bytes, or as the low and high nibbles of 32
+//! bytes), so one 512-bit load feeds a u8·i8 dot of 64 lanes whose i32 groups of four each
+//! carry one scale.
+//!
+//! The repacking is exact: scales and mins are products of the format's f16 and small-integer
+//! fields, which f32 holds exactly, so each weight dequantizes to what GGUF defines.
+
+/// Elements per block (the activation quantization granularity).
+pub const QK: usize = 32;
+/// Columns are padded to a multiple of this (the kernel's tile width).
+pub const COL_TILE: usize = 4;
+
+/// GGUF formats that run packed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QFormat {
+    /// f16 d, 32 × i8: `d·q` (code `q + 128`, zero point 128)
+    Q8_0,
+    /// f16 d, 32 nibbles: `d·(q − 8)`
+    Q4_0,
+    /// f16 d, f16 m, 32 nibbles: `d·q + m`
+    Q4_1,
+    /// 256-element super-block: f16 d, f16 dmin, 8 six-bit (scale, min) pairs, 256 nibbles:
+    /// `d·sc·q − dmin·m` per 32
+    Q4K,
+    /// 256-element super-block: 4+2-bit codes, 16 i8 scales, f16 d: `d·sc·(q − 32)` per 16
+    Q6K,
+}
+
+impl QFormat {
+    /// (bytes, elements) of one GGUF block.
+    pub fn gguf_block(self) -> (usize, usize) {
+        match self {
+            QFormat::Q8_0 => (34, 32),
+            QFormat::Q4_0 => (18, 32),
+            QFormat::Q4_1 => (20, 32),
+            QFormat::Q4K => (144, 256),
+            QFormat::Q6K => (210, 256),
+        }
+    }
+
+    pub fn nibbles(self) -> bool {
+        matches!(self, QFormat::Q4_0 | QFormat::Q4_1 | QFormat::Q4K)
+    }
+
+    pub fn zero_point(self) -> i32 {
+        match self {
+            QFormat::Q8_0 => 128,
+            QFormat::Q4_0 => 8,
+            QFormat::Q6K => 32,
+            QFormat::Q4_1 | QFormat::Q4K => 0,
+        }
+    }
+
+    /// One scale per 16 elements (else per 32).
+    pub fn per16(self) -> bool {
+        self == QFormat::Q6K
+    }
+
+    pub fn has_min(self) -> bool {
+        matches!(self, QFormat::Q4_1 | QFormat::Q4K)
+    }
+
+    /// Scales stored per pair: 2 (`[A, B]`) or 4 (`[A_lo, B_lo, A_hi, B_hi]`).
+    pub fn scales_per_pair(self) -> usize {
+        if self.per16() {
+            4
+        } else {
+            2
+        }
+    }
+}
+
+/// A weight matrix `[n, k]` in the packed layout (columns padded to [`COL_TILE`], blocks to
+/// whole pairs, mins to multiples of 16 blocks; padding dequantizes to zero).
+pub struct QPacked {
+    pub fmt: QFormat,
+    /// Output features (rows of W) and input features.
+    pub n: usize,
+    pub k: usize,
+    /// `n` rounded up to [`COL_TILE`].
+    pub n_pad: usize,
+    /// Pairs of blocks per row.
+    pub np: usize,
+    /// Mins per row (a multiple of 16, ≥ 2·np).
+    pub nm: usize,
+    pub codes: Vec<u8>,
+    pub scales: Vec<f32>,
+    pub mins: Vec<f32>,
+}
+
+/// One 32-element block decoded from GGUF: unsigned codes, scales of its two halves, min.
+struct Block {
+    codes: [u8; QK],
+    scale: [f32; 2],
+    min: f32,
+}
+
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()
+}
+
+/// The 32-element blocks of one GGUF block of `fmt`, in order.
+fn decode(fmt: QFormat, b: &[u8], out: &mut Vec<Block>) {
+    let nib = |q: &[u8], i: usize| if i < 16 { q[i] & 15 } else { q[i - 16] >> 4 };
+    match fmt {
+        QFormat::Q8_0 => {
+            let d = f16_at(b, 0);
+            let codes = std::array::from_fn(|i| (b[2 + i] as i8 as i16 + 128) as u8);
+            out.push(Block {
+                codes,
+                scale: [d; 2],
+                min: 0.0,
+            });
+        }
+        QFormat::Q4_0 | QFormat::Q4_1 => {
+            let d = f16_at(b, 0);
+            let (min, q) = if fmt == QFormat::Q4_1 {
+                (f16_at(b, 2), &b[4..])
+            } else {
+                (0.0, &b[2..])
+            };
+            out.push(Block {
+                codes: std::array::from_fn(|i| nib(q, i)),
+                scale: [d; 2],
+                min,
+            });
+        }
+        QFormat::Q4K => {
+            let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+            let sc = &b[4..16];
+            let qs = &b[16..144];
+            for j in 0..8 {
+                let (s, m) = if j < 4 {
+                    (sc[j] & 63, sc[j + 4] & 63)
+                } else {
+                    (
+                        (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4),
+                        (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4),
+                    )
+                };
+                // 64 elements per 32 bytes: sub-block 2c in the low nibbles, 2c+1 in the high
+                let chunk = &qs[(j / 2) * 32..(j / 2) * 32 + 32];
+                let codes = std::array::from_fn(|i| {
+                    if j % 2 == 0 {
+                        chunk[i] & 15
+                    } else {
+                        chunk[i] >> 4
+                    }
+                });
+                let s = d * s as f32;
+                out.push(Block {
+                    codes,
+                    scale: [s; 2],
+                    min: -(dmin * m as f32),
+                });
+            }
+        }
+        QFormat::Q6K => {
+            let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
+            let d = f16_at(b, 208);
+            let mut q = [0u8; 256];
+            for half in 0..2 {
+                let (ql, qh, y) = (&ql[64 * half..], &qh[32 * half..], 128 * half);
+                for l in 0..32 {
+                    q[y + l] = (ql[l] & 15) | ((qh[l] & 3) << 4);
+                    q[y + l + 32] = (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4);
+                    q[y + l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                    q[y + l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+                }
+            }
+            for j in 0..8 {
+                let s = |h: usize| d * sc[2 * j + h] as i8 as f32;
+                let codes = std::array::from_fn(|i| q[32 * j + i]);
+                out.push(Block {
+                    codes,
+                    scale: [s(0), s(1)],
+                    min: 0.0,
+                });
+            }
+        }
+    }
+}
+
+impl QPacked {
+    /// Repacks `n` rows of `k` elements stored as GGUF blocks of `fmt`. Errors name what does
+    /// not fit (a `k` that is not a whole number of blocks, a byte count that is not `n` rows).
+    pub fn from_gguf(fmt: QFormat, bytes: &[u8], n: usize, k: usize) -> Result<Self, String> {
+        let (bb, be) = fmt.gguf_block();
+        if k == 0 || !k.is_multiple_of(be) {
+            return Err(format!(
+                "{fmt:?}: {k} input features are not a multiple of {be}"
+            ));
+        }
+        let row_bytes = k / be * bb;
+        if bytes.len() != n * row_bytes {
+            return Err(format!(
+                "{fmt:?}: {} bytes are not {n} rows of {row_bytes}",
+                bytes.len()
+            ));
+        }
+        let nb = k / QK;
+        let np = nb.div_ceil(2);
+        let nm = (2 * np).div_ceil(16) * 16;
+        let n_pad = n.div_ceil(COL_TILE) * COL_TILE;
+        let cpp = if fmt.nibbles() { 32 } else { 64 };
+        let spp = fmt.scales_per_pair();
+        let mut p = QPacked {
+            fmt,
+            n,
+            k,
+            n_pad,
+            np,
+            nm,
+            codes: vec![0; n_pad * np * cpp],
+            scales: vec![0.0; n_pad * np * spp + 4],
+            mins: if fmt.has_min() {
+                vec![0.0; n_pad * nm]
+            } else {
+                Vec::new()
+            },
+        };
+        // padding codes dequantize to zero through a zero scale; 8-bit padding sits at the
+        // zero point so that the integer dot stays small
+        if !fmt.nibbles() {
+            p.codes.iter_mut().for_each(|c| *c = fmt.zero_point() as u8);
+        }
+        let mut blocks = Vec::with_capacity(nb);
+        for j in 0..n {
+            blocks.clear();
+            for gb in bytes[j * row_bytes..(j + 1) * row_bytes].chunks_exact(bb) {
+                decode(fmt, gb, &mut blocks);
+            }
+            for (b, blk) in blocks.iter().enumerate() {
+                let (pair, second) = (b / 2, b % 2);
+                let c = &mut p.codes[(j * np + pair) * cpp..(j * np + pair + 1) * cpp];
+                if fmt.nibbles() {
+                    for i in 0..16 {
+                        c[16 * second + i] = blk.codes[i] | (blk.codes[i + 16] << 4);
+                    }
+                } else {
+                    c[16 * second..16 * second + 16].copy_from_slice(&blk.codes[..16]);
+                    c[32 + 16 * second..48 + 16 * second].copy_from_slice(&blk.codes[16..]);
+                }
+                let s = &mut p.scales[(j * np + pair) * spp..(j * np + pair + 1) * spp];
+                if spp == 4 {
+                    s[second] = blk.scale[0];
+                    s[2 + second] = blk.scale[1];
+                } else {
+                    s[second] = blk.scale[0];
+                }
+                if fmt.has_min() {
+                    p.mins[j * nm + b] = blk.min;
+                }
+            }
+        }
+        Ok(p)
+    }
+
+    /// Row `j` dequantized to f32 (tests and checks).
+    pub fn dequantize_row(&self, j: usize) -> Vec<f32> {
+        let (cpp, spp) = (self.codes_per_pair(), self.fmt.scales_per_pair());
+        let zp = self.fmt.zero_point();
+        (0..self.k)
+            .map(|e| {
+                let (b, i) = (e / QK, e % QK);
+                let (pair, second, hi) = (b / 2, b % 2, i / 16);
+                let c = &self.codes[(j * self.np + pair) * cpp..];
+                let code = if self.fmt.nibbles() {
+                    let byte = c[16 * second + i % 16];
+                    if hi == 1 {
+                        byte >> 4
+                    } else {
+                        byte & 15
+                    }
+                } else {
+                    c[32 * hi + 16 * second + i % 16]
+                };
+                let s = &self.scales[(j * self.np + pair) * spp..];
+                let scale = if spp == 4 {
+                    s[2 * hi + second]
+                } else {
+                    s[second]
+                };
+                let min = if self.fmt.has_min() {
+                    self.mins[j * self.nm + b]
+                } else {
+                    0.0
+                };
+                scale * (code as i32 - zp) as f32 + min
+            })
+            .collect()
+    }
+
+    /// Code bytes per pair: 32 (nibbles) or 64.
+    pub fn codes_per_pair(&self) -> usize {
+        if self.fmt.nibbles() {
+            32
+        } else {
+            64
+        }
+    }
+
+    /// Bytes held (what the loaded weight costs in memory).
+    pub fn bytes(&self) -> usize {
+        self.codes.len() + 4 * (self.scales.len() + self.mins.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::{ggml_file::qtensor_from_ggml, GgmlDType};
+
+    fn rng(seed: &mut u64) -> u8 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (*seed >> 33) as u8
+    }
+
+    /// Our decoding of every format gives exactly candle's dequantization (GGUF's definition)
+    /// on random bytes, scales included (f16 fields set to finite values).
+    #[test]
+    fn repacked_weights_dequantize_exactly_as_gguf_defines() {
+        let mut seed = 7;
+        for (fmt, dt) in [
+            (QFormat::Q8_0, GgmlDType::Q8_0),
+            (QFormat::Q4_0, GgmlDType::Q4_0),
+            (QFormat::Q4_1, GgmlDType::Q4_1),
+            (QFormat::Q4K, GgmlDType::Q4K),
+            (QFormat::Q6K, GgmlDType::Q6K),
+        ] {
+            let (bb, be) = fmt.gguf_block();
+            // odd block counts too (a pair half-filled), and n not a multiple of COL_TILE
+            for (n, k) in [(5, be), (3, 3 * be), (8, 2 * be)] {
+                let mut bytes: Vec<u8> = (0..n * k / be * bb).map(|_| rng(&mut seed)).collect();
+                for blk in bytes.chunks_exact_mut(bb) {
+                    let f16s: &[usize] = match fmt {
+                        QFormat::Q8_0 | QFormat::Q4_0 => &[0],
+                        QFormat::Q4_1 | QFormat::Q4K => &[0, 2],
+                        QFormat::Q6K => &[208],
+                    };
+                    for &o in f16s {
+                        let v = (rng(&mut seed) as f32 - 128.0) * 1e-3;
+                        blk[o..o + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+                    }
+                }
+                let want = qtensor_from_ggml(dt, &bytes, vec![n, k], &candle_core::Device::Cpu)
+                    .and_then(|q| q.dequantize(&candle_core::Device::Cpu))
+                    .and_then(|t| t.flatten_all())
+                    .and_then(|t| t.to_vec1::<f32>())
+                    .unwrap();
+                let p = QPacked::from_gguf(fmt, &bytes, n, k).unwrap();
+                for j in 0..n {
+                    assert_eq!(
+                        p.dequantize_row(j),
+                        want[j * k..(j + 1) * k],
+                        "{fmt:?} row {j}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn shapes_that_do_not_fit_are_errors() {
+        assert!(QPacked::from_gguf(QFormat::Q4K, &[0; 144], 1, 128).is_err());
+        assert!(QPacked::from_gguf(QFormat::Q8_0, &[0; 33], 1, 32).is_err());
+        assert!(QPacked::from_gguf(QFormat::Q8_0, &[0; 34], 1, 32).is_ok());
+    }
+}
