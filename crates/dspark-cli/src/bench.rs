@@ -238,13 +238,20 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let _ = profile::take();
     let (mut prof_base, mut prof_spec) = (OpTimes::new(), OpTimes::new());
     let mut base_ids: Vec<Vec<u32>> = vec![];
+    // on-CPU seconds of the whole process per phase: with one thread (RAYON_NUM_THREADS=1
+    // DSPARK_FAN_OUT=never) this is the work itself, whatever else loads the machine
+    let (mut cpu_base, mut cpu_spec) = (0.0, 0.0);
     for (i, p) in ids.iter().enumerate() {
+        let c0 = process_cpu_secs();
         let rb = pipe.generate_baseline(p, &params, &mut Vec::new())?;
+        cpu_base += process_cpu_secs() - c0;
         add_ops(&mut prof_base, profile::take());
         eprintln!("  prompt {i}: baseline {:.1} tok/s", rb.tokens_per_sec());
         base_ids.push(rb.tokens.clone());
         if spec_on {
+            let c0 = process_cpu_secs();
             let rs = pipe.generate(p, &params, &mut Vec::new())?;
+            cpu_spec += process_cpu_secs() - c0;
             add_ops(&mut prof_spec, profile::take());
             identical += usize::from(rs.tokens == rb.tokens);
             eprintln!(
@@ -293,13 +300,15 @@ pub fn run(a: BenchArgs) -> Result<()> {
         a.max_tokens
     );
     println!("memory read bandwidth {bw:.1} GB/s; weights {:.1} MB/token -> decode ceiling {ceiling:.1} tok/s", weight_bytes as f64 / 1e6);
-    println!("baseline        {base_tps:7.1} tok/s  (decode {base_decode_tps:.1} tok/s = {:.0}% of ceiling; prefill {prefill_tps:.0} tok/s)", 100.0 * base_decode_tps / ceiling);
+    println!("baseline        {base_tps:7.1} tok/s  (decode {base_decode_tps:.1} tok/s = {:.0}% of ceiling; prefill {prefill_tps:.0} tok/s; {:.2} cpu-ms/token)", 100.0 * base_decode_tps / ceiling, 1e3 * cpu_base / bs.tokens as f64);
+    out["baseline"]["cpu_ms_per_token"] = json!(1e3 * cpu_base / bs.tokens as f64);
     if spec_on {
         let tps = ss.tokens as f64 / ss.secs;
         let tau = (ss.tokens - spec.len()) as f64 / ss.rounds.max(1) as f64;
         let ratio = tps / base_tps;
+        let cpu_ratio = (cpu_base / bs.tokens as f64) / (cpu_spec / ss.tokens.max(1) as f64);
         println!(
-            "{:<15} {tps:7.1} tok/s  x{ratio:.2} vs baseline; tau {tau:.2}; achieved/ideal {:.0}%; draft {:.0}% / verify {:.0}% of decode; greedy identical {identical}/{}",
+            "{:<15} {tps:7.1} tok/s  x{ratio:.2} vs baseline (cpu time x{cpu_ratio:.2}); tau {tau:.2}; achieved/ideal {:.0}%; draft {:.0}% / verify {:.0}% of decode; greedy identical {identical}/{}",
             pipe.mode.as_str(),
             100.0 * ratio / tau,
             100.0 * ss.draft / ss.decode_secs,
@@ -309,7 +318,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
         out["spec"] = json!({"mode": pipe.mode.as_str(), "drafter": pipe.drafter_name(), "tok_s": tps, "ratio_vs_baseline": ratio,
             "mean_tau": tau, "achieved_over_ideal": ratio / tau, "draft_share": ss.draft / ss.decode_secs,
             "verify_share": ss.verify / ss.decode_secs, "max_draft": pipe.spec.max_draft, "greedy_identical": identical,
-            "pct_of_baseline_ceiling": 100.0 * tps / ceiling});
+            "pct_of_baseline_ceiling": 100.0 * tps / ceiling, "cpu_ms_per_token": 1e3 * cpu_spec / ss.tokens.max(1) as f64,
+            "cpu_time_ratio_vs_baseline": cpu_ratio});
     }
     if let Some(py) = &a.hf_python {
         let script =
@@ -384,4 +394,20 @@ fn write_json(path: &std::path::Path, v: &serde_json::Value) -> Result<()> {
     }
     std::fs::write(path, serde_json::to_string_pretty(v)?)
         .with_context(|| format!("writing {}", path.display()))
+}
+
+/// User + system CPU seconds of this process so far (Linux `/proc/self/stat`; 0 elsewhere).
+fn process_cpu_secs() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // fields after the parenthesised command name: utime and stime are the 12th and 13th
+    let f: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |r| r.1)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // clock ticks are 100 per second on Linux's every mainstream configuration
+    (ticks(11) + ticks(12)) / 100.0
 }

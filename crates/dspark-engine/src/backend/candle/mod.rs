@@ -153,6 +153,8 @@ impl CandleBackend {
 pub struct CandleRope {
     cos: Tensor,
     sin: Tensor,
+    /// The f32 tables on the host, for our CPU kernel.
+    host: Option<(Vec<f32>, Vec<f32>)>,
     style: RopeStyle,
     max: usize,
 }
@@ -284,9 +286,12 @@ impl Backend for CandleBackend {
                 .and_then(|t| t.to_dtype(cdtype(self.dtype)))
                 .map_err(err)
         };
+        let host = (self.device.is_cpu() && self.dtype == DType::F32 && self.cpu_kernels())
+            .then(|| (cos.clone(), sin.clone()));
         Ok(CandleRope {
             cos: mk(cos)?,
             sin: mk(sin)?,
+            host,
             style: spec.style,
             max: max_positions,
         })
@@ -301,6 +306,17 @@ impl Backend for CandleBackend {
                 start + l,
                 rope.max
             ))));
+        }
+        if let (Some((cos, sin)), CDType::F32) = (&rope.host, x.dtype()) {
+            if x.rank() == 4 && x.stride().last() == Some(&1) {
+                let op = cpu_ops::Rope {
+                    cos,
+                    sin,
+                    start,
+                    style: rope.style,
+                };
+                return x.apply_op1_no_bwd(&op).map_err(err);
+            }
         }
         let cos = rope.cos.narrow(0, start, l).map_err(err)?;
         let sin = rope.sin.narrow(0, start, l).map_err(err)?;

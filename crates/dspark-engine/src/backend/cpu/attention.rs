@@ -20,7 +20,7 @@ pub struct View<'a> {
 
 impl View<'_> {
     /// Start of the innermost row `[b, h, l, ..]`; the last axis must have stride 1.
-    fn row(&self, b: usize, h: usize, l: usize) -> &[f32] {
+    pub(crate) fn row(&self, b: usize, h: usize, l: usize) -> &[f32] {
         let s = self.offset + b * self.strides[0] + h * self.strides[1] + l * self.strides[2];
         &self.data[s..s + self.dims[3]]
     }
@@ -109,7 +109,7 @@ pub fn attention(
     };
     let tasks = b * hq * lq;
     // a decode step over a short context is cheaper than a thread hand-off
-    if tasks * lk * d < 1 << 16 {
+    if tasks * lk * d < 1 << 16 || !super::contention::fan_out() {
         let mut scores = Vec::with_capacity(lk);
         for (t, o) in out.chunks_mut(d).enumerate() {
             row(t, o, &mut scores);

@@ -6,10 +6,12 @@
 
 pub mod affine;
 pub mod attention;
+pub mod contention;
 pub mod gemv;
 pub mod ops;
 pub mod qgemv;
 pub mod qpack;
+pub mod rope;
 pub mod swiglu;
 
 use rayon::prelude::*;
@@ -47,7 +49,8 @@ unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
 
 /// Splits the `n` output columns of `y` (`[y.len() / n, n]`) into tasks of `per_task` columns
-/// and runs `task` on each: inline when `work` (multiply-adds) is small, else on the rayon pool.
+/// and runs `task` on each: inline when `work` (multiply-adds) is small or the machine is busy
+/// ([`contention`]), else on the rayon pool.
 pub(crate) fn column_tasks(
     y: &mut [f32],
     n: usize,
@@ -72,7 +75,7 @@ pub(crate) fn column_tasks(
         })
     };
     let tasks = n.div_ceil(per_task);
-    if work < PARALLEL_WORK {
+    if work < PARALLEL_WORK || !contention::fan_out() {
         (0..tasks).for_each(run);
     } else {
         (0..tasks).into_par_iter().for_each(run);

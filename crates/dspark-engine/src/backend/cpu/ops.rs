@@ -7,8 +7,9 @@ use super::affine::{affine_gemv, Affine};
 use super::attention::{attention, View};
 use super::gemv::{gemv_bf16, gemv_f32};
 use super::qgemv::{qgemv, QPacked};
+use super::rope::rope;
 use super::swiglu::{swiglu, Rows};
-use crate::backend::AttnMask;
+use crate::backend::{AttnMask, RopeStyle};
 
 fn msg(m: impl std::fmt::Display) -> candle_core::Error {
     candle_core::Error::Msg(m.to_string())
@@ -97,6 +98,34 @@ impl CustomOp3 for Attention {
         let (q, k, v) = (view(qs, ql)?, view(ks, kl)?, view(vs, vl)?);
         let out = attention(q, k, v, self.mask, self.scale).map_err(msg)?;
         Ok((CpuStorage::F32(out), Shape::from(ql.dims().to_vec())))
+    }
+}
+
+/// Rotary embedding of `x [b, h, l, d]` (any strides, contiguous last axis) at positions
+/// `start..start + l`, tables `[max, d / 2]` read in place.
+pub struct Rope<'a> {
+    pub cos: &'a [f32],
+    pub sin: &'a [f32],
+    pub start: usize,
+    pub style: RopeStyle,
+}
+
+impl CustomOp1 for Rope<'_> {
+    fn name(&self) -> &'static str {
+        "dspark-rope"
+    }
+
+    fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout) -> Result<(CpuStorage, Shape)> {
+        let x = view(xs, xl)?;
+        let half = x.dims[3] / 2;
+        if x.strides[3] != 1 || x.dims[3] % 2 != 0 {
+            return Err(msg("rope: the last axis must be contiguous and even"));
+        }
+        if self.cos.len() < (self.start + x.dims[2]) * half || self.sin.len() != self.cos.len() {
+            return Err(msg("rope: position past the table"));
+        }
+        let out = rope(x, self.cos, self.sin, self.start, self.style);
+        Ok((CpuStorage::F32(out), Shape::from(xl.dims().to_vec())))
     }
 }
 

@@ -416,7 +416,12 @@ mod timing {
     #[test]
     #[ignore]
     fn qgemv_timing() {
-        let (n, k) = (1536, 576);
+        for (n, k) in [(1536, 576), (49152, 576)] {
+            timing_at(n, k);
+        }
+    }
+
+    fn timing_at(n: usize, k: usize) {
         let mut seed = 1u64;
         let mut r = || {
             seed = seed
@@ -437,7 +442,7 @@ mod timing {
                 let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
                 let rows = quantize_rows(&x, m, &w);
                 let mut out = [[0f32; COL_TILE]; ROW_TILE];
-                let iters = 300;
+                let iters = if n > 10000 { 20 } else { 300 };
                 let t = cpu_ns();
                 for _ in 0..iters {
                     for j in (0..n).step_by(COL_TILE) {
@@ -445,6 +450,13 @@ mod timing {
                     }
                 }
                 let ns = (cpu_ns() - t) as f64 / iters as f64;
+                let mut y = vec![0f32; m * n];
+                let t = cpu_ns();
+                for _ in 0..iters {
+                    qgemv(&x, m, &w, &mut y);
+                }
+                let whole = (cpu_ns() - t) as f64 / iters as f64;
+                println!("  whole qgemv (DSPARK_FAN_OUT=never for one thread): {:.1} us", whole / 1e3);
                 let blocks = (n * k / 32 * m) as f64;
                 println!(
                     "{fmt:?} m={m}: {:.1} us/call, {:.2} ns/block/row",

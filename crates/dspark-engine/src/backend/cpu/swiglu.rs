@@ -43,7 +43,7 @@ pub fn swiglu(gate: Rows<'_>, up: Rows<'_>) -> Vec<f32> {
             *y = silu(*g) * u;
         }
     };
-    if out.len() < 1 << 16 {
+    if out.len() < 1 << 16 || !super::contention::fan_out() {
         out.chunks_mut(gate.len.max(1)).enumerate().for_each(row);
     } else {
         out.par_chunks_mut(gate.len.max(1))
