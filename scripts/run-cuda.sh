@@ -17,7 +17,12 @@ done
 LOG=${OUT:-$PWD/target/cuda/run}
 mkdir -p "$LOG"
 BIN=/tmp/dspark-cuda
-mkdir -p $BIN && xz -dc "$PACK" | tar -xf - -C $BIN || exit 1
+unxz() { # xz, or Python's lzma where the image has no xz
+  if command -v xz >/dev/null; then xz -dc "$1"; else
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$1"
+  fi
+}
+mkdir -p $BIN && unxz "$PACK" | tar -xf - -C $BIN || exit 1
 # cuBLAS, cuRAND, NVRTC and cudart from the PyTorch venv's nvidia-* wheels; libcuda from the driver
 LIBS=$(python3 - <<'EOF'
 import glob, os
@@ -38,7 +43,7 @@ export DSPARK_TESTS_DIR=$PWD/tests
 fails=0
 for t in golden_tiny spec_greedy spec_golden; do
   echo "== $t" | tee -a "$LOG/tests.txt"
-  ( time timeout 300 $BIN/$t --test-threads=1 --nocapture ) >>"$LOG/tests.txt" 2>&1 || fails=$((fails + 1))
+  ( time timeout 150 $BIN/$t --test-threads=1 --nocapture ) >>"$LOG/tests.txt" 2>&1 || fails=$((fails + 1))
   grep -E "^test result|FAILED|panicked|on candle cuda" "$LOG/tests.txt" | tail -20
 done
 echo "test binaries failing: $fails" | tee -a "$LOG/tests.txt"
@@ -55,9 +60,9 @@ T=tests/fixtures/spec/models
 tail -25 "$LOG/tiny.txt"
 if [ $Q8B = 1 ]; then
   M=/tmp/q8b
-  ( time python3 scripts/bench/make_qwen3_8b_random.py $M --seed 0 --context 1024 --prompts 2 ) 2>&1 |
+  ( time timeout 150 python3 scripts/bench/make_qwen3_8b_random.py $M --seed 0 --context 1024 --prompts 2 ) 2>&1 |
     tee "$LOG/q8b.txt"
-  ( time timeout 240 $BIN/dspark bench --model $M --device cuda --dtype bf16 --mode baseline \
+  ( time timeout 180 $BIN/dspark bench --model $M --device cuda --dtype bf16 --mode baseline \
     --prompt-ids $M/prompt_ids.json --max-tokens 128 --out "$LOG/bench_q8b.json" ) >>"$LOG/q8b.txt" 2>&1
   tail -30 "$LOG/q8b.txt"
 fi
