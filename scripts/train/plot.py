@@ -17,7 +17,9 @@ def main():
     d = json.load(open(src))
     log = d["log"]
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))
-    for key, label in [("dflash_loss", "DFlash b16: weighted CE"), ("dspark_loss", "DSpark b7: 0.1 CE + 0.9 L1"),
+    new = any("dflash16_loss" in r for r in log)
+    for key, label in [("dflash_loss", "DFlash b16: weighted CE"),
+                       ("dspark_loss", "DSpark b7: distillation + L1" if new else "DSpark b7: 0.1 CE + 0.9 L1"),
                        ("dspark_ce", "DSpark b7: weighted CE"), ("dspark_conf_bce", "DSpark b7: confidence BCE"),
                        ("dflash16_loss", "DFlash at block 16: distillation"),
                        ("dflash8_loss", "DFlash at block 8: distillation"),

@@ -1,12 +1,14 @@
 //! Real weights, trained drafters: the DFlash (block 16, and its weights at block 8) and DSpark
 //! (block 7) drafters distilled for SmolLM2-135M-Instruct (assets/drafters/, made by
-//! scripts/train/) on the same model dequantized to f32. On 10 held-out MT-Bench first turns:
-//! - greedy speculative output equals the baseline token for token, in each mode;
+//! scripts/train/) on the same model dequantized to f32. On the first 20 held-out MT-Bench first
+//! turns:
+//! - greedy speculative output equals the baseline token for token, in each mode (20 prompts);
 //! - per-round accept lengths equal those of the PyTorch evaluator that measured the drafters
-//!   (tests/fixtures/spec/smollm2_trained_rounds.json) on the prompts where both greedy runs agree;
-//! - the mean accept length stays above a floor just below the value measured with dspark when
-//!   the drafters were shipped (DFlash b16 1.295, b8 1.252, DSpark 1.354 at 40 tokens; the
-//!   evaluator's rounds give the same figures).
+//!   (tests/fixtures/spec/smollm2_trained_rounds.json, first 10 prompts) on the prompts where
+//!   both greedy runs agree;
+//! - the mean accept length on the fixed first 10 prompts stays above a floor of 0.9x the value
+//!   measured when the drafters were shipped (DFlash b16 1.345, b8 1.345, DSpark 1.424 at 40
+//!   tokens, from the evaluator's rounds; dspark gives the same rounds).
 
 use std::path::PathBuf;
 
@@ -20,7 +22,9 @@ use dspark_engine::spec::{Mode, SpecParams};
 use dspark_tests::{artefact, as_u32s, fixture};
 use serde_json::{json, Value};
 
-const PROMPTS: usize = 10;
+const PROMPTS: usize = 20;
+/// The fixed set whose rounds the evaluator recorded and on which the floor holds.
+const ROUND_PROMPTS: usize = 10;
 const MAX_TOKENS: usize = 40;
 
 fn drafter_dir(name: &str) -> PathBuf {
@@ -82,7 +86,7 @@ fn trained_drafters_equal_baseline_and_match_the_evaluator() {
             tok.encode(&text, false).unwrap()
         })
         .collect();
-    for (i, p) in prompts.iter().enumerate() {
+    for (i, p) in prompts.iter().take(ROUND_PROMPTS).enumerate() {
         assert_eq!(p, &as_u32s(&fx["prompt_ids"][i]), "prompt {i} ids");
     }
     let eos = lm.eos_ids();
@@ -102,6 +106,7 @@ fn trained_drafters_equal_baseline_and_match_the_evaluator() {
     // prompts whose greedy run agrees with the evaluator's (float ties may part them)
     let agree: Vec<bool> = baselines
         .iter()
+        .take(ROUND_PROMPTS)
         .enumerate()
         .map(|(i, t)| {
             let g = as_u32s(&fx["greedy"][i]);
@@ -117,17 +122,17 @@ fn trained_drafters_equal_baseline_and_match_the_evaluator() {
         Case {
             drafter: "smollm2-135m-dflash-b16",
             mode: Mode::Dflash,
-            floor: 1.26,
+            floor: 1.21,
         },
         Case {
             drafter: "smollm2-135m-dflash-b8",
             mode: Mode::Dflash,
-            floor: 1.22,
+            floor: 1.21,
         },
         Case {
             drafter: "smollm2-135m-dspark-b7",
             mode: Mode::Dspark,
-            floor: 1.32,
+            floor: 1.28,
         },
     ];
     for case in cases {
@@ -140,12 +145,18 @@ fn trained_drafters_equal_baseline_and_match_the_evaluator() {
         };
         let mut pipe = Pipeline::new(lm, case.mode, Some(drafter), spec).unwrap();
         let (mut tokens, mut rounds, mut same_rounds, mut compared) = (0, 0, 0, 0);
+        let (mut all_tokens, mut all_rounds) = (0, 0);
         for (i, p) in prompts.iter().enumerate() {
             let r = pipe
                 .generate(p, &params(eos.clone()), &mut Vec::new())
                 .unwrap();
             assert_eq!(r.tokens, baselines[i], "{} prompt {i}", case.drafter);
             let got = &r.stats.accept_lengths;
+            all_tokens += got.iter().sum::<usize>();
+            all_rounds += got.len();
+            if i >= ROUND_PROMPTS {
+                continue;
+            }
             tokens += got.iter().sum::<usize>();
             rounds += got.len();
             if agree[i] {
@@ -169,8 +180,9 @@ fn trained_drafters_equal_baseline_and_match_the_evaluator() {
         }
         let tau = tokens as f64 / rounds as f64;
         eprintln!(
-            "{}: mean accept length {tau:.3} over {rounds} rounds; rounds equal to the evaluator's on {same_rounds}/{compared} prompts",
-            case.drafter
+            "{}: mean accept length {tau:.3} over {rounds} rounds (first {ROUND_PROMPTS} prompts), {:.3} over all {PROMPTS}; rounds equal to the evaluator's on {same_rounds}/{compared} prompts",
+            case.drafter,
+            all_tokens as f64 / all_rounds as f64
         );
         assert!(
             same_rounds + 1 >= compared,
