@@ -230,3 +230,72 @@ fn long_prompts_chunked<B: Backend>(b: B) {
     assert!(max_abs_diff(&ta[700 * 64..], &tc) < TOL);
     assert_eq!(one.len(), 1100);
 }
+
+/// bf16 compute on CUDA (what `dspark --device cuda` runs by default) against the same f32
+/// goldens: every logits row and tapped hidden state within [`BF16_REL_TOL`] of the row's largest
+/// |value|. bf16 keeps 8 significant bits (relative rounding 2^-9 = 0.2%), and the activations are
+/// rounded after every op of every layer, so the bound is a few percent, not 1e-4. The measured
+/// margins and the share of positions whose argmax agrees are printed (`--nocapture`). Runs on
+/// CUDA whatever `DSPARK_BACKEND` says (the f32 suite above is the one that follows it).
+#[cfg(feature = "cuda")]
+const BF16_REL_TOL: f32 = 0.05;
+
+#[cfg(feature = "cuda")]
+#[test]
+fn bf16_compute_on_cuda_tracks_transformers() {
+    use dspark_engine::backend::DType;
+    let b = dspark_tests::cuda_backend().with_dtype(DType::BF16);
+    let argmax = |r: &[f32]| {
+        r.iter()
+            .enumerate()
+            .fold((0, f32::MIN), |m, (i, &x)| if x > m.1 { (i, x) } else { m })
+            .0
+    };
+    for variant in VARIANTS {
+        let g = golden(&format!("tiny_{variant}.json"));
+        let m = load(&b, variant);
+        let ids = as_u32s(&g["prompt_ids"]);
+        let want = as_f32_rows(&g["logits"]);
+        let mut cache = m.new_cache();
+        let out = m
+            .forward(&ids, &mut cache, &[0, 2], LogitsWanted::All)
+            .unwrap();
+        let got = b.to_f32_vec(out.logits.as_ref().unwrap()).unwrap();
+        let taps = b.to_f32_vec(out.taps.as_ref().unwrap()).unwrap();
+        let (v, h) = (m.cfg.vocab_size, m.cfg.hidden_size);
+        // (what, row, |diff| / max|want|)
+        let mut rel = Vec::new();
+        let mut agree = 0;
+        for (i, row) in want.iter().enumerate() {
+            let r = &got[i * v..(i + 1) * v];
+            rel.push(("logits", i, max_abs_diff(r, row) / max_abs(row)));
+            agree += usize::from(argmax(r) == argmax(row));
+        }
+        for (k, layer) in ["0", "2"].iter().enumerate() {
+            for (i, row) in as_f32_rows(&g["hidden_states"][layer]).iter().enumerate() {
+                let start = i * 2 * h + k * h;
+                let d = max_abs_diff(&taps[start..start + h], row);
+                rel.push((if k == 0 { "tap 0" } else { "tap 2" }, i, d / max_abs(row)));
+            }
+        }
+        let worst = |what: &str| {
+            rel.iter()
+                .filter(|r| r.0 == what)
+                .fold(0f32, |m, r| m.max(r.2))
+        };
+        eprintln!(
+            "{variant} in bf16 on cuda: max |logit diff| / max|logit| {:.4}, taps {:.4} / {:.4} \
+             (bound {BF16_REL_TOL}); argmax agrees at {agree}/{} positions",
+            worst("logits"),
+            worst("tap 0"),
+            worst("tap 2"),
+            want.len()
+        );
+        for (what, i, r) in rel {
+            assert!(
+                r < BF16_REL_TOL,
+                "{variant} bf16: {what} row {i} differs by {r} of its largest value"
+            );
+        }
+    }
+}
