@@ -55,7 +55,8 @@ T=tests/fixtures/spec/models
     --prompt "<t5> <t9> <t11>" --max-tokens 48 --mode dflash --drafter $T/dflash-accept
   python3 -c 'import json; print(json.dumps([[5, 9, 11, 13, 17, 19, 23, 29]] * 3))' >/tmp/ids.json
   $BIN/dspark bench --model $T/target --device cuda --dtype f32 --mode dflash \
-    --drafter $T/dflash-accept --prompt-ids /tmp/ids.json --max-tokens 64 --out "$LOG/bench_tiny.json"
+    --drafter $T/dflash-accept --prompt-ids /tmp/ids.json --max-tokens 64 --mem-bandwidth-gbs 4130 \
+    --out "$LOG/bench_tiny.json"
 } >"$LOG/tiny.txt" 2>&1
 tail -25 "$LOG/tiny.txt"
 if [ $Q8B = 1 ]; then
@@ -63,6 +64,6 @@ if [ $Q8B = 1 ]; then
   ( time timeout 150 python3 scripts/bench/make_qwen3_8b_random.py $M --seed 0 --context 1024 --prompts 2 ) 2>&1 |
     tee "$LOG/q8b.txt"
   ( time timeout 180 $BIN/dspark bench --model $M --device cuda --dtype bf16 --mode baseline \
-    --prompt-ids $M/prompt_ids.json --max-tokens 128 --out "$LOG/bench_q8b.json" ) >>"$LOG/q8b.txt" 2>&1
+    --prompt-ids $M/prompt_ids.json --max-tokens 128 --mem-bandwidth-gbs 4130 --out "$LOG/bench_q8b.json" ) >>"$LOG/q8b.txt" 2>&1
   tail -30 "$LOG/q8b.txt"
 fi
