@@ -168,6 +168,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
     )?;
     let lm = dspark_engine::load::load_model(&b, &path, None)
         .with_context(|| format!("loading {}", path.display()))?;
+    let rss_model = rss_mb();
+    let weights_held_mb = lm.load_report.as_ref().map(|r| r.held_bytes() as f64 / 1e6);
+    if let Some(r) = &lm.load_report {
+        println!("{}", r.summary());
+    }
     let mut pipe: Pipeline<_> = build_pipeline(&a.model, &a.spec, lm, &b)?;
     if !a.prefix_cache.is_empty() {
         let rows = prefix::run(&mut pipe, &a.prefix_cache, &a.model.model)?;
@@ -293,6 +298,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
         "baseline": {"tok_s": base_tps, "decode_tok_s": base_decode_tps, "prefill_tok_s": prefill_tps,
                      "prompt_tokens": bs.prompt_tokens, "tokens": bs.tokens, "secs": bs.secs,
                      "ids": base_ids},
+        "resident": {"rss_mb_after_target_load": rss_model.0, "peak_rss_mb_after_target_load": rss_model.1,
+                     "target_weights_held_mb": weights_held_mb, "rss_mb_at_end": rss_mb().0, "peak_rss_mb": rss_mb().1},
         "memory": {"measured_read_gb_s": bw, "bandwidth_source": if a.mem_bandwidth_gbs.is_some() { "--mem-bandwidth-gbs" } else { "host read, measured" }, "weight_bytes_per_token": weight_bytes,
                    "decode_ceiling_tok_s": ceiling, "baseline_pct_of_ceiling": 100.0 * base_decode_tps / ceiling},
     });
@@ -303,6 +310,13 @@ pub fn run(a: BenchArgs) -> Result<()> {
         out["device"],
         ids.len(),
         a.max_tokens
+    );
+    println!(
+        "resident set: {:.0} MB after loading the target (weights held {:.0} MB), {:.0} MB at the end, peak {:.0} MB",
+        rss_model.0,
+        weights_held_mb.unwrap_or(f64::NAN),
+        rss_mb().0,
+        rss_mb().1
     );
     println!("memory read bandwidth {bw:.1} GB/s; weights {:.1} MB/token -> decode ceiling {ceiling:.1} tok/s", weight_bytes as f64 / 1e6);
     println!("baseline        {base_tps:7.1} tok/s  (decode {base_decode_tps:.1} tok/s = {:.0}% of ceiling; prefill {prefill_tps:.0} tok/s; {:.2} cpu-ms/token)", 100.0 * base_decode_tps / ceiling, 1e3 * cpu_base / bs.tokens as f64);
@@ -415,4 +429,18 @@ fn process_cpu_secs() -> f64 {
     let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     // clock ticks are 100 per second on Linux's every mainstream configuration
     (ticks(11) + ticks(12)) / 100.0
+}
+
+/// (VmRSS, VmHWM) of this process in MB (Linux `/proc/self/status`; NaN elsewhere).
+fn rss_mb() -> (f64, f64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(f64::NAN, |kb| kb / 1e3)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
 }

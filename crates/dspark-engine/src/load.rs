@@ -13,6 +13,8 @@ pub struct LoadedModel<B: Backend> {
     pub model: Transformer<B>,
     pub tokenizer: std::sync::Arc<Tokenizer>,
     pub path: PathBuf,
+    /// What the weights became at load (forms and bytes), where the backend reports it.
+    pub load_report: Option<crate::backend::load_report::LoadReport>,
 }
 
 impl<B: Backend> LoadedModel<B> {
@@ -40,10 +42,27 @@ pub fn load_model<B: Backend>(
         (None, None) => Tokenizer::from_dir(path),
     }
     .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
+    backend.take_load_report(); // what earlier loads left
     let model = Transformer::load(backend, ck.cfg, ck.source.as_ref())?;
+    let load_report = backend.take_load_report();
+    if let Some(r) = &load_report {
+        tracing::info!("{}: {}", path.display(), r.summary());
+        let (n, stored, held) = r.dequantized();
+        if n > 0 {
+            tracing::info!(
+                "{}: dequantized {n} quantized tensors to {:?}: {:.1} MB in the file became {:.1} MB in memory (+{:.1} MB)",
+                path.display(),
+                backend.compute_dtype(),
+                stored as f64 / 1e6,
+                held as f64 / 1e6,
+                held.saturating_sub(stored) as f64 / 1e6
+            );
+        }
+    }
     Ok(LoadedModel {
         model,
         tokenizer: std::sync::Arc::new(tokenizer),
         path: path.to_path_buf(),
+        load_report,
     })
 }

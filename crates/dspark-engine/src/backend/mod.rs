@@ -7,6 +7,7 @@
 
 pub mod candle;
 pub mod cpu;
+pub mod load_report;
 #[cfg(feature = "mlx")]
 pub mod mlx;
 pub mod profile;
@@ -99,6 +100,10 @@ pub trait Backend: Clone + Send + 'static {
     fn device_label(&self) -> String;
     /// Activation dtype used by models on this backend.
     fn compute_dtype(&self) -> DType;
+    /// What the weights loaded since the last call became (forms and bytes), then cleared.
+    fn take_load_report(&self) -> Option<load_report::LoadReport> {
+        None
+    }
 
     // ---- host <-> backend ----
     /// A dense tensor from host weights (quantized host weights are dequantized).

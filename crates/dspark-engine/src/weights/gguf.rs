@@ -19,7 +19,17 @@ pub struct GgufSource {
 impl GgufSource {
     pub fn open(path: &Path) -> Result<Self, LoadError> {
         let mut file = std::fs::File::open(path).map_err(|e| LoadError::io(path, e))?;
-        let content = Content::read(&mut file).map_err(|e| LoadError::parse(path, e))?;
+        let content = Content::read(&mut file).map_err(|e| {
+            // name the tensor when a type we cannot run is the cause
+            match super::gguf_scan::unsupported_tensor(path) {
+                Some((name, dtype)) => LoadError::Dtype {
+                    path: path.to_path_buf(),
+                    name,
+                    dtype: format!("{dtype}; supported: {}", super::gguf_scan::SUPPORTED),
+                },
+                None => LoadError::parse(path, e),
+            }
+        })?;
         Ok(GgufSource {
             path: path.to_path_buf(),
             content,
@@ -122,4 +132,28 @@ pub fn meta_f32(src: &GgufSource, key: &str) -> Result<Option<f32>, LoadError> {
 
 pub fn meta_string(src: &GgufSource, key: &str) -> Option<String> {
     src.meta(key).and_then(|v| v.to_string().ok().cloned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tensor_type_we_cannot_run_is_a_typed_error_naming_it() {
+        let dir = std::env::temp_dir().join(format!("dspark-gguf-type-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("iq.gguf");
+        let h = super::super::gguf_scan::tests::header(&[("blk.3.ffn_down.weight", 23)]);
+        std::fs::write(&p, h).unwrap();
+        let e = GgufSource::open(&p).err().expect("must fail");
+        match &e {
+            LoadError::Dtype { name, dtype, .. } => {
+                assert_eq!(name, "blk.3.ffn_down.weight");
+                assert!(dtype.starts_with("IQ4_XS (ggml type 23)"), "{dtype}");
+            }
+            other => panic!("want a dtype error, got {other}"),
+        }
+        assert!(e.to_string().contains("blk.3.ffn_down.weight"));
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

@@ -3,6 +3,7 @@
 //! into device tensors. Every failure names the file and the tensor or field.
 
 pub mod gguf;
+pub mod gguf_scan;
 pub mod mlx_quant;
 pub mod safetensors;
 

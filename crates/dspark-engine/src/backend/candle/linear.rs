@@ -79,8 +79,39 @@ fn our_block_format(d: GgmlDType) -> Option<QFormat> {
 }
 
 impl CandleBackend {
-    /// A matmul weight in the best form this backend can run (see [`CandleLinear`]).
+    /// A matmul weight in the best form this backend can run (see [`CandleLinear`]), noted in
+    /// the load report.
     pub(super) fn load_linear(&self, host: &HostTensor) -> BResult<CandleLinear> {
+        let w = self.pick_linear(host)?;
+        let (form, held) = match &w {
+            CandleLinear::Blocks(p) => (format!("packed {:?}", p.fmt), p.bytes() as u64),
+            CandleLinear::Quant(_) => match host {
+                HostTensor::Ggml(q) => (
+                    format!("candle {:?}", q.dtype()),
+                    q.storage_size_in_bytes() as u64,
+                ),
+                _ => (String::new(), 0),
+            },
+            CandleLinear::Affine {
+                codes,
+                bits,
+                scales,
+                biases,
+                ..
+            } => (
+                format!("packed MLX {bits}-bit"),
+                (codes.len() + scales.nbytes() + biases.nbytes()) as u64,
+            ),
+            CandleLinear::Dense(t) => (
+                String::new(),
+                (t.elem_count() * t.dtype().size_in_bytes()) as u64,
+            ),
+        };
+        self.record(host, &form, held);
+        Ok(w)
+    }
+
+    fn pick_linear(&self, host: &HostTensor) -> BResult<CandleLinear> {
         if let HostTensor::Ggml(q) = host {
             let quantized = !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
             if self.keep_quantized && quantized && self.device.is_cpu() && self.dtype == DType::F32

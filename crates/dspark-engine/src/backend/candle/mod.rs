@@ -36,6 +36,8 @@ pub struct CandleBackend {
     /// Our CPU kernels (`backend/cpu/`) for decode matmuls and attention; `DSPARK_CPU_KERNELS=0`
     /// turns them off (candle's own ops), for before/after comparisons in one binary.
     own_kernels: bool,
+    /// What each loaded weight became (see `take_load_report`).
+    report: std::sync::Arc<std::sync::Mutex<crate::backend::load_report::LoadReport>>,
 }
 
 fn own_kernels_from_env() -> bool {
@@ -64,6 +66,7 @@ impl CandleBackend {
             dtype: DType::F32,
             keep_quantized: false,
             own_kernels: own_kernels_from_env(),
+            report: Default::default(),
         }
     }
 
@@ -75,6 +78,7 @@ impl CandleBackend {
             dtype: DType::BF16,
             keep_quantized: false,
             own_kernels: false,
+            report: Default::default(),
         })
     }
 
@@ -90,6 +94,37 @@ impl CandleBackend {
 
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// Notes what `host` became: `form` (empty: named from the host and this backend's dtype)
+    /// and the bytes it holds.
+    pub(super) fn record(&self, host: &HostTensor, form: &str, held: u64) {
+        let (stored, src) = match host {
+            HostTensor::Dense { dtype, bytes, .. } => (bytes.len() as u64, format!("{dtype:?}")),
+            HostTensor::Ggml(q) => (q.storage_size_in_bytes() as u64, format!("{:?}", q.dtype())),
+            HostTensor::MlxQuant(m) => (
+                (m.packed.len() * 4 + m.scales.1.len() + m.biases.1.len()) as u64,
+                format!("MLX {}-bit", m.bits),
+            ),
+        };
+        let form = if !form.is_empty() {
+            form.to_string()
+        } else {
+            let to = format!("{:?}", self.dtype);
+            let quantized = matches!(host, HostTensor::MlxQuant(_))
+                || matches!(host, HostTensor::Ggml(q) if !matches!(q.dtype(),
+                    candle_core::quantized::GgmlDType::F32 | candle_core::quantized::GgmlDType::F16 | candle_core::quantized::GgmlDType::BF16));
+            if quantized {
+                format!("dequantized {src} -> {to}")
+            } else if src == to {
+                format!("dense {to}")
+            } else {
+                format!("{src} -> {to}")
+            }
+        };
+        if let Ok(mut r) = self.report.lock() {
+            r.add(form, stored, held);
+        }
     }
 
     /// Our CPU kernels apply (CPU device, f32 compute, not turned off).
@@ -181,10 +216,22 @@ impl Backend for CandleBackend {
     }
 
     fn tensor(&self, host: &HostTensor) -> BResult<Tensor> {
-        self.dense_f32_host(host)?
+        let t = self
+            .dense_f32_host(host)?
             .to_dtype(cdtype(self.dtype))
             .and_then(|t| t.to_device(&self.device))
-            .map_err(err)
+            .map_err(err)?;
+        self.record(
+            host,
+            "",
+            (t.elem_count() * t.dtype().size_in_bytes()) as u64,
+        );
+        Ok(t)
+    }
+
+    fn take_load_report(&self) -> Option<crate::backend::load_report::LoadReport> {
+        let mut r = self.report.lock().ok()?;
+        Some(std::mem::take(&mut *r))
     }
 
     fn linear(&self, host: &HostTensor) -> BResult<CandleLinear> {

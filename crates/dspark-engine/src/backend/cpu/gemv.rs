@@ -219,7 +219,11 @@ mod avx512 {
         #[inline]
         #[target_feature(enable = "avx512f")]
         unsafe fn load(p: *const f32, mask: __mmask16) -> __m512 {
-            _mm512_maskz_loadu_ps(mask, p)
+            if mask == 0xffff {
+                _mm512_loadu_ps(p)
+            } else {
+                _mm512_maskz_loadu_ps(mask, p)
+            }
         }
     }
 
@@ -227,7 +231,11 @@ mod avx512 {
         #[inline]
         #[target_feature(enable = "avx512f")]
         unsafe fn load(p: *const half::bf16, mask: __mmask16) -> __m512 {
-            let h = _mm256_maskz_loadu_epi16(mask, p as *const i16);
+            let h = if mask == 0xffff {
+                _mm256_loadu_si256(p as *const __m256i)
+            } else {
+                _mm256_maskz_loadu_epi16(mask, p as *const i16)
+            };
             _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
         }
     }
@@ -297,7 +305,7 @@ mod avx512 {
     ) {
         let wv: [__m512; C] = std::array::from_fn(|c| T::load(wp.add(c * k + o), mask));
         for (r, acc_r) in acc.iter_mut().enumerate() {
-            let xv = _mm512_maskz_loadu_ps(mask, xp.add(r * k + o));
+            let xv = f32::load(xp.add(r * k + o), mask);
             for (a, w) in acc_r.iter_mut().zip(&wv) {
                 *a = _mm512_fmadd_ps(xv, *w, *a);
             }
@@ -421,13 +429,19 @@ mod timing {
     #[test]
     #[ignore]
     fn gemv_timing() {
-        let (n, k) = (1536, 576);
+        for (n, k) in [(1536, 576), (49152, 576)] {
+            timing_at(n, k);
+        }
+    }
+
+    fn timing_at(n: usize, k: usize) {
         let w: Vec<f32> = (0..n * k).map(|i| (i % 13) as f32).collect();
         for m in [1usize, 3, 5, 9] {
             let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
             let mut y = vec![0f32; m * n];
             let t = cpu_ns();
-            for _ in 0..300 {
+            let iters = if n > 10000 { 10 } else { 300 };
+            for _ in 0..iters {
                 // below the parallel threshold per call: n/64 column slices run inline
                 for (wc, yc) in w.chunks(64 * k).zip(0..) {
                     let nn = wc.len() / k;
@@ -436,9 +450,9 @@ mod timing {
                     y[yc] = ys[0];
                 }
             }
-            let ns = (cpu_ns() - t) as f64 / 300.0;
+            let ns = (cpu_ns() - t) as f64 / iters as f64;
             println!(
-                "f32 m={m}: {:.1} us/call, {:.3} ns/(row*weight)",
+                "f32 n={n} m={m}: {:.1} us/call, {:.3} ns/(row*weight)",
                 ns / 1e3,
                 ns / (m * n * k) as f64
             );

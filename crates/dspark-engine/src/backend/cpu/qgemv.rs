@@ -456,7 +456,10 @@ mod timing {
                     qgemv(&x, m, &w, &mut y);
                 }
                 let whole = (cpu_ns() - t) as f64 / iters as f64;
-                println!("  whole qgemv (DSPARK_FAN_OUT=never for one thread): {:.1} us", whole / 1e3);
+                println!(
+                    "  whole qgemv (DSPARK_FAN_OUT=never for one thread): {:.1} us",
+                    whole / 1e3
+                );
                 let blocks = (n * k / 32 * m) as f64;
                 println!(
                     "{fmt:?} m={m}: {:.1} us/call, {:.2} ns/block/row",
