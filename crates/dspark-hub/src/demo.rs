@@ -100,3 +100,72 @@ pub fn ensure_demo() -> Result<PathBuf, HubError> {
     eprintln!("dspark: demo model ready at {}", dst.display());
     Ok(dst)
 }
+
+/// Registry names of the trained DFlash (block 16) and DSpark (block 7) drafters for the demo
+/// model. They are not downloaded: they ship in the repository's `assets/drafters/` (made by
+/// `scripts/train/`, model card there).
+pub const DEMO_DFLASH: &str = "demo-dflash";
+pub const DEMO_DSPARK: &str = "demo-dspark";
+
+/// The folder under `assets/drafters/` of a shipped demo drafter's registry name.
+pub fn demo_drafter_dir(name: &str) -> Option<&'static str> {
+    match name {
+        DEMO_DFLASH => Some("smollm2-135m-dflash-b16"),
+        DEMO_DSPARK => Some("smollm2-135m-dspark-b7"),
+        _ => None,
+    }
+}
+
+/// Where shipped drafters are looked for, in order: `$DSPARK_DRAFTERS_DIR`; `assets/drafters`
+/// in any folder above the executable (a build inside the repository); the source tree this
+/// binary was built from.
+pub fn drafter_roots() -> Vec<PathBuf> {
+    let mut roots = vec![];
+    if let Some(d) = std::env::var_os("DSPARK_DRAFTERS_DIR") {
+        roots.push(PathBuf::from(d));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        roots.extend(exe.ancestors().skip(1).map(|a| a.join("assets/drafters")));
+    }
+    roots.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets/drafters"));
+    roots
+}
+
+/// The folder of the shipped demo drafter `name` (`demo-dflash`, `demo-dspark`).
+pub fn demo_drafter_path(name: &str) -> Result<PathBuf, HubError> {
+    let dir = demo_drafter_dir(name)
+        .ok_or_else(|| HubError::NotFound(format!("`{name}` is not a shipped demo drafter")))?;
+    drafter_roots()
+        .into_iter()
+        .map(|r| r.join(dir))
+        .find(|p| p.join("config.json").is_file() && p.join("model.safetensors").is_file())
+        .ok_or_else(|| {
+            HubError::NotFound(format!(
+                "the demo drafter `{name}` (assets/drafters/{dir} of the dspark repository) was not found \
+                 near the executable or in the source tree; set DSPARK_DRAFTERS_DIR to a copy of assets/drafters \
+                 or pass --drafter PATH"
+            ))
+        })
+}
+
+#[cfg(test)]
+mod drafter_tests {
+    use super::*;
+
+    #[test]
+    fn shipped_demo_drafters_are_found() {
+        for (name, dir) in [
+            (DEMO_DFLASH, "smollm2-135m-dflash-b16"),
+            (DEMO_DSPARK, "smollm2-135m-dspark-b7"),
+        ] {
+            let p = demo_drafter_path(name).unwrap();
+            assert!(p.ends_with(dir), "{}", p.display());
+            let on_disk = crate::local::find_on_disk(name).map(|d| d.path().to_path_buf());
+            assert_eq!(on_disk, Some(p.clone()));
+            let resolved =
+                crate::local::resolve_model_path(name, true, &crate::download::NoProgress).unwrap();
+            assert_eq!(resolved, p);
+        }
+        assert!(demo_drafter_path("demo").is_err());
+    }
+}

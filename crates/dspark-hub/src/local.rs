@@ -39,6 +39,9 @@ pub fn lmstudio_path(repo: &str) -> Option<PathBuf> {
 
 /// Where `repo` (or `demo`) already is, without touching the network.
 pub fn find_on_disk(repo: &str) -> Option<OnDisk> {
+    if demo::demo_drafter_dir(repo).is_some() {
+        return demo::demo_drafter_path(repo).ok().map(OnDisk::Demo);
+    }
     if repo == DEMO {
         let p = demo::demo_path();
         return p.is_file().then_some(OnDisk::Demo(p));
@@ -56,7 +59,8 @@ fn looks_like_repo(spec: &str) -> bool {
 
 /// Resolves `spec` to a local path, downloading hub repos when allowed.
 ///
-/// Order: `demo`; an existing path; a registry id (`qwen3-8b`) becomes its default repo; a repo
+/// Order: `demo`; the demo's shipped drafters (`demo-dflash`, `demo-dspark`, from the
+/// repository's `assets/drafters/`); an existing path; a registry id (`qwen3-8b`) becomes its default repo; a repo
 /// id is taken from LM Studio's folders, then pulled into (or reused from) the HF cache. Offline
 /// (`offline` or `HF_HUB_OFFLINE=1`) only the cache is used. When the hub cannot be reached
 /// but a cached snapshot exists, that snapshot is used with a warning.
@@ -65,6 +69,9 @@ pub fn resolve_model_path(
     offline: bool,
     progress: &dyn Progress,
 ) -> Result<PathBuf, HubError> {
+    if demo::demo_drafter_dir(spec).is_some() {
+        return demo::demo_drafter_path(spec);
+    }
     if spec == DEMO {
         if offline || crate::download::offline_env() {
             return Ok(find_on_disk(DEMO)

@@ -230,7 +230,8 @@ macro_rules! variants {
 /// The name under which the demo model is requested.
 pub const DEMO: &str = "demo";
 
-/// All entries. `demo` is SmolLM2-135M-Instruct whose draft-model drafter is itself, kept quantized.
+/// All entries. `demo` is SmolLM2-135M-Instruct whose draft-model drafter is itself, kept
+/// quantized; its DFlash and DSpark drafters are the trained ones shipped in `assets/drafters/`.
 pub const REGISTRY: &[Entry] = &[
     Entry {
         id: "qwen3-4b",
@@ -276,8 +277,8 @@ pub const REGISTRY: &[Entry] = &[
     Entry {
         id: "smollm2-135m",
         variants: variants!("demo" => GgufQ4_1),
-        dspark: None,
-        dflash: None,
+        dspark: Some(crate::demo::DEMO_DSPARK),
+        dflash: Some(crate::demo::DEMO_DFLASH),
         draft: Some(DEMO),
         shape: SMOLLM2_135M,
         shape_assumed: false,
@@ -524,7 +525,9 @@ mod tests {
             Some("/d"),
             Some("/d"),
         );
-        assert!(resolve("demo", Mode::DSpark, None).is_err());
+        check("demo", Mode::DSpark, None, Some("demo-dspark"));
+        check("demo", Mode::DFlash, None, Some("demo-dflash"));
+        check("smollm2-135m", Mode::DSpark, None, Some("demo-dspark"));
     }
 
     #[test]
