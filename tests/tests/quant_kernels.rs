@@ -83,3 +83,25 @@ fn quantized_matmul_on_real_tensors_is_within_the_activation_rounding_bound() {
     }
     assert_eq!(checked, 2 * names.len());
 }
+
+/// A tied, packed embedding table serves rows bit-identical to its dense (dequantized) copy,
+/// so keeping it packed changes no embedding; ids past the table are an error, not a panic.
+#[test]
+fn packed_embedding_rows_equal_the_dense_table() {
+    let src = GgufSource::open(&artefact("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let quant = CandleBackend::cpu().keep_quantized(true);
+    let host = src.get("model.embed_tokens.weight").unwrap();
+    let (v, h) = (host.shape()[0], host.shape()[1]);
+    let packed = quant.linear(&host).unwrap();
+    assert!(quant.has_rows(&packed));
+    let dense = host.to_f32().unwrap();
+    let ids = [0u32, 1, 2, 17, 4096, (v - 1) as u32];
+    let rows = quant
+        .to_f32_vec(&quant.gather_rows(&packed, &ids).unwrap())
+        .unwrap();
+    for (i, &id) in ids.iter().enumerate() {
+        let want = &dense[id as usize * h..(id as usize + 1) * h];
+        assert_eq!(&rows[i * h..(i + 1) * h], want, "row {id}");
+    }
+    assert!(quant.gather_rows(&packed, &[v as u32]).is_err());
+}

@@ -130,6 +130,19 @@ pub trait Backend: Clone + Send + 'static {
     /// `x[.., in] @ w^T -> [.., out]`.
     fn matmul(&self, x: &Self::Tensor, w: &Self::Linear) -> BResult<Self::Tensor>;
     /// Rows of `table[V, H]` picked by `ids` (u32) -> `[ids.., H]`.
+    /// Whether [`Backend::gather_rows`] can read rows of this matmul weight (a tied embedding
+    /// then needs no dense copy of its table).
+    fn has_rows(&self, _w: &Self::Linear) -> bool {
+        false
+    }
+    /// Rows `ids` of the `[out, in]` weight `w` as a `[1, ids.len(), in]` tensor, each exactly
+    /// as the dense table would hold it.
+    fn gather_rows(&self, _w: &Self::Linear, _ids: &[u32]) -> BResult<Self::Tensor> {
+        Err(BackendError {
+            backend: self.name(),
+            message: "this weight form has no row gather".into(),
+        })
+    }
     fn embedding(&self, table: &Self::Tensor, ids: &Self::Tensor) -> BResult<Self::Tensor>;
     fn rms_norm(&self, x: &Self::Tensor, w: &Self::Tensor, eps: f32) -> BResult<Self::Tensor>;
     fn rope_prepare(&self, spec: &RopeSpec, max_positions: usize) -> BResult<Self::Rope>;

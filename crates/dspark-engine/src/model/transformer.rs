@@ -29,7 +29,8 @@ pub struct ForwardOut<B: Backend> {
 pub struct Transformer<B: Backend> {
     pub cfg: TransformerConfig,
     backend: B,
-    embed: B::Tensor,
+    /// The dense token table; `None` when rows are read from the (packed) tied LM head.
+    embed: Option<B::Tensor>,
     layers: Vec<DecoderLayer<B>>,
     norm: B::Tensor,
     lm_head: B::Linear,
@@ -45,15 +46,22 @@ impl<B: Backend> Transformer<B> {
         let b = backend;
         let (v, h) = (cfg.vocab_size, cfg.hidden_size);
         let embed_host = src.get_shaped("model.embed_tokens.weight", &[v, h])?;
-        let embed = b
-            .tensor(&embed_host)
-            .map_err(|e| crate::model::layer::load_err(src, "model.embed_tokens.weight", e))?;
-        let lm_head = if cfg.tie_word_embeddings || !src.contains("lm_head.weight") {
+        let tied = cfg.tie_word_embeddings || !src.contains("lm_head.weight");
+        let lm_head = if tied {
             b.linear(&embed_host)
                 .map_err(|e| crate::model::layer::load_err(src, "model.embed_tokens.weight", e))?
         } else {
             linear(b, src, "lm_head.weight", &[v, h])?
         };
+        // a tied, packed table serves embedding rows itself: no dense copy of the vocabulary
+        let embed =
+            if tied && b.has_rows(&lm_head) {
+                None
+            } else {
+                Some(b.tensor(&embed_host).map_err(|e| {
+                    crate::model::layer::load_err(src, "model.embed_tokens.weight", e)
+                })?)
+            };
         let shape = LayerShape {
             hidden: h,
             intermediate: cfg.intermediate_size,
@@ -93,8 +101,11 @@ impl<B: Backend> Transformer<B> {
     /// Token embeddings `[1, L, H]` (shared with DFlash drafters).
     pub fn embed(&self, ids: &[u32]) -> BResult<B::Tensor> {
         let b = &self.backend;
+        let Some(table) = &self.embed else {
+            return b.gather_rows(&self.lm_head, ids);
+        };
         let t = b.from_u32(ids, &[1, ids.len()])?;
-        b.embedding(&self.embed, &t)
+        b.embedding(table, &t)
     }
 
     /// Raw hidden states `[.., H]` -> logits through the final norm and the LM head.

@@ -238,6 +238,29 @@ impl Backend for CandleBackend {
         self.load_linear(host)
     }
 
+    fn has_rows(&self, w: &CandleLinear) -> bool {
+        matches!(w, CandleLinear::Blocks(_)) && self.dtype == DType::F32
+    }
+
+    fn gather_rows(&self, w: &CandleLinear, ids: &[u32]) -> BResult<Tensor> {
+        let CandleLinear::Blocks(p) = w else {
+            return Err(err(candle_core::Error::Msg(
+                "row gather needs packed blocks".into(),
+            )));
+        };
+        let mut data = Vec::with_capacity(ids.len() * p.k);
+        for &id in ids {
+            if id as usize >= p.n {
+                return Err(err(candle_core::Error::Msg(format!(
+                    "token id {id} is outside the {}-row table",
+                    p.n
+                ))));
+            }
+            data.extend(p.dequantize_row(id as usize));
+        }
+        Tensor::from_vec(data, (1, ids.len(), p.k), &self.device).map_err(err)
+    }
+
     fn linear_from_tensor(&self, t: &Tensor) -> BResult<CandleLinear> {
         Ok(CandleLinear::Dense(t.clone()))
     }
