@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Demo draft mode vs its baseline, idle and then while another 2-thread process keeps the cores
+# busy (two shell busy-loops), in one script: W2-1's "speculation that pays, also on a busy
+# machine". Writes bench-results/smollm2-draft-idle.json and smollm2-draft-busy.json.
+#   cargo build --release -p dspark-cli && scripts/bench/draft_busy.sh [PROMPTS] [MAX_DRAFT]
+set -Eeuo pipefail
+trap 'echo "draft_busy.sh: FAILED (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
+cd "$(dirname "$0")/../.."
+N=${1:-10}
+K=${2:-4}
+BIN=${DSPARK:-target/release/dspark}
+"$BIN" bench --model demo --mode draft --max-draft "$K" --prompts "$N" --max-tokens 128 \
+    --out bench-results/smollm2-draft-idle.json
+hogs=()
+for _ in 1 2; do
+    sh -c 'while :; do :; done' &
+    hogs+=($!)
+done
+cleanup() { kill "${hogs[@]}" 2>/dev/null || true; }
+trap cleanup EXIT
+sleep 1
+"$BIN" bench --model demo --mode draft --max-draft "$K" --prompts "$N" --max-tokens 128 \
+    --out bench-results/smollm2-draft-busy.json
