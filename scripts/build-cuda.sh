@@ -42,20 +42,6 @@ fi
 CU=$TK/nvidia/cu13
 ln -sf libcudart.so.13 "$CU/lib/libcudart.so"
 
-# candle-core with cudarc dynamic-loading (copied once; mtimes kept so cargo does not rebuild it)
-REG=${CARGO_HOME:-$HOME/.cargo}/registry/src
-SRC=$(ls -d "$REG"/*/candle-core-0.11.1 2>/dev/null | head -1 || true)
-if [ -z "$SRC" ]; then
-  cargo fetch --locked
-  SRC=$(ls -d "$REG"/*/candle-core-0.11.1 | head -1)
-fi
-DST=$ROOT/target/cuda-src/candle-core
-if ! grep -q '"dynamic-loading"' "$DST/Cargo.toml" 2>/dev/null; then
-  rm -rf "$DST" && mkdir -p "$(dirname "$DST")" && cp -a "$SRC" "$DST"
-  sed -i 's/"dynamic-linking"/"dynamic-loading"/' "$DST/Cargo.toml"
-  grep -q '"dynamic-loading"' "$DST/Cargo.toml" || { echo "candle-core patch failed" >&2; exit 1; }
-fi
-
 # shadow workspace: the working tree's files (tracked + untracked-not-ignored), or a commit's
 # with --rev; synced by content, so unchanged files keep their mtimes and are not rebuilt
 WS=$ROOT/target/cuda-src/ws
@@ -87,6 +73,21 @@ for d, _, files in os.walk(dst):
             os.remove(os.path.join(dst, rel))
 EOF
 rm -rf "$STAGE"
+
+# candle-core with cudarc dynamic-loading (copied once; mtimes kept so cargo does not rebuild it).
+# A fresh CARGO_HOME has only the crates earlier builds needed (not candle-kernels/cudarc, which
+# only the cuda feature pulls in): fetch the lock file's crates in the shadow workspace.
+REG=${CARGO_HOME:-$HOME/.cargo}/registry/src
+if ! ls -d "$REG"/*/candle-core-0.11.1 "$REG"/*/candle-kernels-0.11.1 >/dev/null 2>&1; then
+  (cd "$WS" && cargo fetch)
+fi
+SRC=$(ls -d "$REG"/*/candle-core-0.11.1 | head -1)
+DST=$ROOT/target/cuda-src/candle-core
+if ! grep -q '"dynamic-loading"' "$DST/Cargo.toml" 2>/dev/null; then
+  rm -rf "$DST" && mkdir -p "$(dirname "$DST")" && cp -a "$SRC" "$DST"
+  sed -i 's/"dynamic-linking"/"dynamic-loading"/' "$DST/Cargo.toml"
+  grep -q '"dynamic-loading"' "$DST/Cargo.toml" || { echo "candle-core patch failed" >&2; exit 1; }
+fi
 
 OUT=$ROOT/target/cuda
 # cudaforge compiles the kernels on half the cores unless told otherwise
