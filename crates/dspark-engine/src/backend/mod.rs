@@ -130,6 +130,11 @@ pub trait Backend: Clone + Send + 'static {
     /// `x[.., in] @ w^T -> [.., out]`.
     fn matmul(&self, x: &Self::Tensor, w: &Self::Linear) -> BResult<Self::Tensor>;
     /// Rows of `table[V, H]` picked by `ids` (u32) -> `[ids.., H]`.
+    /// The weight as a dense tensor in the compute dtype when that is how it is held (a tied
+    /// embedding table then shares its storage instead of holding a second copy).
+    fn linear_dense(&self, _w: &Self::Linear) -> Option<Self::Tensor> {
+        None
+    }
     /// Whether [`Backend::gather_rows`] can read rows of this matmul weight (a tied embedding
     /// then needs no dense copy of its table).
     fn has_rows(&self, _w: &Self::Linear) -> bool {

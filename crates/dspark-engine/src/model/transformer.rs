@@ -53,10 +53,13 @@ impl<B: Backend> Transformer<B> {
         } else {
             linear(b, src, "lm_head.weight", &[v, h])?
         };
-        // a tied, packed table serves embedding rows itself: no dense copy of the vocabulary
+        // a tied table is held once: packed rows serve the embedding, or the dense LM head is
+        // the embedding table
         let embed =
             if tied && b.has_rows(&lm_head) {
                 None
+            } else if let Some(t) = tied.then(|| b.linear_dense(&lm_head)).flatten() {
+                Some(t)
             } else {
                 Some(b.tensor(&embed_host).map_err(|e| {
                     crate::model::layer::load_err(src, "model.embed_tokens.weight", e)

@@ -12,7 +12,7 @@ use super::{err, CandleBackend};
 use crate::backend::cpu::affine::{self, Affine, OwnedParams};
 use crate::backend::cpu::qpack::{QFormat, QPacked};
 use crate::backend::cpu::{gemv::MAX_ROWS, ops as cpu_ops};
-use crate::backend::{profile, BResult, Backend, DType};
+use crate::backend::{profile, BResult, DType};
 use crate::weights::HostTensor;
 
 /// Our kernels run Q8_0, Q4_0, Q4_1, Q4_K and Q6_K (`backend/cpu/qgemv.rs`); candle has SIMD
@@ -153,7 +153,7 @@ impl CandleBackend {
                 return self.dense_f32_host(host).map(CandleLinear::Dense);
             }
         }
-        self.tensor(host).map(CandleLinear::Dense)
+        self.device_tensor(host).map(CandleLinear::Dense)
     }
 
     /// `x[.., in] @ w^T`.

@@ -96,6 +96,14 @@ impl CandleBackend {
         &self.device
     }
 
+    /// `host` dense in the compute dtype on this device (not noted in the load report).
+    pub(super) fn device_tensor(&self, host: &HostTensor) -> BResult<Tensor> {
+        self.dense_f32_host(host)?
+            .to_dtype(cdtype(self.dtype))
+            .and_then(|t| t.to_device(&self.device))
+            .map_err(err)
+    }
+
     /// Notes what `host` became: `form` (empty: named from the host and this backend's dtype)
     /// and the bytes it holds.
     pub(super) fn record(&self, host: &HostTensor, form: &str, held: u64) {
@@ -216,17 +224,20 @@ impl Backend for CandleBackend {
     }
 
     fn tensor(&self, host: &HostTensor) -> BResult<Tensor> {
-        let t = self
-            .dense_f32_host(host)?
-            .to_dtype(cdtype(self.dtype))
-            .and_then(|t| t.to_device(&self.device))
-            .map_err(err)?;
+        let t = self.device_tensor(host)?;
         self.record(
             host,
             "",
             (t.elem_count() * t.dtype().size_in_bytes()) as u64,
         );
         Ok(t)
+    }
+
+    fn linear_dense(&self, w: &CandleLinear) -> Option<Tensor> {
+        match w {
+            CandleLinear::Dense(t) if t.dtype() == cdtype(self.dtype) => Some(t.clone()),
+            _ => None,
+        }
     }
 
     fn take_load_report(&self) -> Option<crate::backend::load_report::LoadReport> {
