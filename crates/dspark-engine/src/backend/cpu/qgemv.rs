@@ -239,16 +239,24 @@ mod avx512 {
         nr: usize,
         out: &mut [[f32; COL_TILE]; ROW_TILE],
     ) {
+        // one row streams one column at a time (a single sequential stream prefetches best);
+        // the tile never changes an output's arithmetic
         match nr {
-            1 => rows::<1, NIB, PER16>(w, j, x, r0, out),
-            2 => rows::<2, NIB, PER16>(w, j, x, r0, out),
-            3 => rows::<3, NIB, PER16>(w, j, x, r0, out),
-            _ => rows::<4, NIB, PER16>(w, j, x, r0, out),
+            1 => {
+                for (c, o) in out[0].iter_mut().enumerate() {
+                    let mut one = [[0f32; COL_TILE]; ROW_TILE];
+                    rows::<1, 1, NIB, PER16>(w, j + c, x, r0, &mut one);
+                    *o = one[0][0];
+                }
+            }
+            2 => rows::<2, COL_TILE, NIB, PER16>(w, j, x, r0, out),
+            3 => rows::<3, COL_TILE, NIB, PER16>(w, j, x, r0, out),
+            _ => rows::<4, COL_TILE, NIB, PER16>(w, j, x, r0, out),
         }
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn rows<const R: usize, const NIB: bool, const PER16: bool>(
+    unsafe fn rows<const R: usize, const C: usize, const NIB: bool, const PER16: bool>(
         w: &QPacked,
         j: usize,
         x: &QRows,
@@ -256,13 +264,13 @@ mod avx512 {
         out: &mut [[f32; COL_TILE]; ROW_TILE],
     ) {
         let (cpp, spp) = (w.codes_per_pair(), w.fmt.scales_per_pair());
-        let mut acc = [[_mm512_setzero_ps(); COL_TILE]; R];
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
         let wc = w.codes.as_ptr().add(j * w.np * cpp);
         let ws = w.scales.as_ptr().add(j * w.np * spp);
         for p in 0..w.np {
-            let mut wv = [_mm512_setzero_si512(); COL_TILE];
-            let mut sv = [_mm512_setzero_ps(); COL_TILE];
-            for c in 0..COL_TILE {
+            let mut wv = [_mm512_setzero_si512(); C];
+            let mut sv = [_mm512_setzero_ps(); C];
+            for c in 0..C {
                 wv[c] = codes::<NIB>(wc.add((c * w.np + p) * cpp));
                 sv[c] = scales::<PER16>(ws.add((c * w.np + p) * spp));
             }
@@ -271,7 +279,7 @@ mod avx512 {
                 let xc = _mm512_loadu_si512(x.codes.as_ptr().add(xb * 4) as *const __m512i);
                 let st = _mm512_loadu_si512(x.start.as_ptr().add(xb) as *const __m512i);
                 let xs = _mm512_loadu_ps(x.scale.as_ptr().add(xb));
-                for c in 0..COL_TILE {
+                for c in 0..C {
                     let dot = _mm512_dpbusd_epi32(st, wv[c], xc);
                     let sc = _mm512_mul_ps(sv[c], xs);
                     acc_r[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc_r[c]);
@@ -279,7 +287,7 @@ mod avx512 {
             }
         }
         for (i, acc_r) in acc.iter().enumerate() {
-            for c in 0..COL_TILE {
+            for c in 0..C {
                 out[i][c] = _mm512_reduce_add_ps(acc_r[c]) + min_term(w, j + c, x, r0 + i);
             }
         }
