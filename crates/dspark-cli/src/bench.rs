@@ -415,20 +415,10 @@ fn write_json(path: &std::path::Path, v: &serde_json::Value) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// User + system CPU seconds of this process so far (Linux `/proc/self/stat`; 0 elsewhere).
+/// User + system CPU seconds of this process so far (0 where /proc cannot be read).
 fn process_cpu_secs() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    // fields after the parenthesised command name: utime and stime are the 12th and 13th
-    let f: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |r| r.1)
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     // clock ticks are 100 per second on Linux's every mainstream configuration
-    (ticks(11) + ticks(12)) / 100.0
+    dspark_engine::backend::cpu::contention::process_cpu_ticks().map_or(0.0, |t| t as f64 / 100.0)
 }
 
 /// (VmRSS, VmHWM) of this process in MB (Linux `/proc/self/status`; NaN elsewhere).

@@ -65,16 +65,21 @@ fn sample() -> Option<Sample> {
     }
     let total: u64 = cpu.iter().sum();
     let idle = cpu[3] + cpu[4];
-    let own = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // fields after the parenthesised command name; utime and stime are fields 14 and 15
-    let rest = own.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ours = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    let ours = process_cpu_ticks()?;
     Some(Sample {
         total,
         busy: total - idle,
         ours,
     })
+}
+
+/// User + system clock ticks (1/100 s on Linux) this process has run so far, from
+/// `/proc/self/stat`; `None` where that cannot be read.
+pub fn process_cpu_ticks() -> Option<u64> {
+    let own = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // fields after the parenthesised command name; utime and stime are fields 14 and 15
+    let f: Vec<&str> = own.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
 /// Cores' worth of CPU the rest of the machine used between two samples.

@@ -419,13 +419,9 @@ mod tests {
 
 #[cfg(test)]
 mod timing {
-    /// On-CPU nanoseconds of this thread (unaffected by time spent descheduled).
-    fn cpu_ns() -> u64 {
-        let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
-        s.split_whitespace().next().unwrap().parse().unwrap()
-    }
+    use super::super::thread_cpu_ns as cpu_ns;
 
-    /// One thread (a single task), on-CPU time: `cargo test --release -p dspark-engine
+    /// One thread, on-CPU time: `DSPARK_FAN_OUT=never cargo test --release -p dspark-engine
     /// gemv_timing -- --ignored --nocapture`
     #[test]
     #[ignore]
@@ -443,13 +439,7 @@ mod timing {
             let t = cpu_ns();
             let iters = if n > 10000 { 10 } else { 300 };
             for _ in 0..iters {
-                // below the parallel threshold per call: n/64 column slices run inline
-                for (wc, yc) in w.chunks(64 * k).zip(0..) {
-                    let nn = wc.len() / k;
-                    let mut ys = vec![0f32; m * nn];
-                    super::gemv_f32(&x, m, k, wc, nn, &mut ys);
-                    y[yc] = ys[0];
-                }
+                super::gemv_f32(&x, m, k, &w, n, &mut y);
             }
             let ns = (cpu_ns() - t) as f64 / iters as f64;
             println!(

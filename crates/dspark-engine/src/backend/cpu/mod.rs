@@ -81,3 +81,11 @@ pub(crate) fn column_tasks(
         (0..tasks).into_par_iter().for_each(run);
     }
 }
+
+/// On-CPU nanoseconds of this thread, unaffected by time spent descheduled (Linux; for the
+/// ignored timing tests of the kernels).
+#[cfg(test)]
+pub(crate) fn thread_cpu_ns() -> u64 {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+    s.split_whitespace().next().unwrap().parse().unwrap()
+}

@@ -413,11 +413,7 @@ mod tests {
 mod timing {
     use super::*;
 
-    /// On-CPU nanoseconds of this thread (unaffected by time spent descheduled).
-    fn cpu_ns() -> u64 {
-        let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
-        s.split_whitespace().next().unwrap().parse().unwrap()
-    }
+    use super::super::thread_cpu_ns as cpu_ns;
 
     /// One thread, on-CPU time: `cargo test --release -p dspark-engine qgemv_timing --
     /// --ignored --nocapture`
