@@ -94,13 +94,50 @@ pub fn chi_squared(counts: &[usize], probs: &[f64]) -> (f64, usize, f64) {
     (stat, df, gamma_q(df as f64 / 2.0, stat / 2.0))
 }
 
-/// Noncentrality of the chi-squared test with `n` trials against the least detectable shift of
-/// `delta` probability mass between two categories of `probs` (the two largest).
-pub fn min_noncentrality(n: usize, probs: &[f64], delta: f64) -> f64 {
-    let mut p: Vec<f64> = probs.iter().cloned().filter(|&x| x > 0.0).collect();
-    p.sort_by(|a, b| b.total_cmp(a));
-    let (a, b) = (p[0], *p.get(1).unwrap_or(&p[0]));
-    n as f64 * delta * delta * (1.0 / a + 1.0 / b)
+/// A lower bound on the noncentrality of the chi-squared test with `n` trials against EVERY
+/// alternative at total-variation distance `tv` from `probs`, whatever its shape: moving mass
+/// `tv` out of a set A into its complement B gives `sum_i d_i^2 / p_i >= tv^2 (1/p(A) + 1/p(B))`
+/// (Cauchy-Schwarz on each side), and `1/a + 1/(1 - a) >= 4`, so `lambda >= 4 n tv^2`.
+pub fn worst_case_noncentrality(n: usize, tv: f64) -> f64 {
+    4.0 * n as f64 * tv * tv
+}
+
+/// Pearson's chi-squared after pooling the categories whose expected count is below 5 (the
+/// classical validity rule) into one; a pool still below 5 joins the smallest kept category.
+/// Returns (statistic, degrees of freedom, p-value, probability mass that was pooled). A shift
+/// that moves mass only inside the pool is invisible to the pooled test, so its power against
+/// total-variation distance `tv` is bounded using `tv - pooled`.
+pub fn chi_squared_pooled(counts: &[usize], probs: &[f64]) -> (f64, usize, f64, f64) {
+    let n: usize = counts.iter().sum();
+    let mut kept_c = Vec::new();
+    let mut kept_p = Vec::new();
+    let (mut pool_c, mut pool_p) = (0usize, 0.0f64);
+    for (&c, &p) in counts.iter().zip(probs) {
+        if p <= 0.0 && c > 0 {
+            return (f64::INFINITY, 0, 0.0, 0.0);
+        }
+        if p * n as f64 >= 5.0 {
+            kept_c.push(c);
+            kept_p.push(p);
+        } else {
+            pool_c += c;
+            pool_p += p;
+        }
+    }
+    if pool_p > 0.0 {
+        if pool_p * n as f64 >= 5.0 || kept_p.is_empty() {
+            kept_c.push(pool_c);
+            kept_p.push(pool_p);
+        } else {
+            let i = (0..kept_p.len())
+                .min_by(|&a, &b| kept_p[a].total_cmp(&kept_p[b]))
+                .expect("non-empty");
+            kept_c[i] += pool_c;
+            kept_p[i] += pool_p;
+        }
+    }
+    let (stat, df, p) = chi_squared(&kept_c, &kept_p);
+    (stat, df, p, pool_p)
 }
 
 /// Power of a level-`alpha` chi-squared test with `df` degrees of freedom at noncentrality
@@ -133,6 +170,42 @@ mod tests {
         assert!((gamma_q(0.5, 3.841 / 2.0) - 0.05).abs() < 1e-3);
         assert!((gamma_q(3.5, 24.32 / 2.0) - 0.001).abs() < 1e-4);
         assert!((ln_gamma(5.0) - 24f64.ln()).abs() < 1e-10);
+    }
+
+    #[test]
+    fn worst_case_bound_holds_for_shifts_of_every_shape() {
+        // brute force over the pairs of categories and proportional splits of a small case
+        let p = [0.4, 0.25, 0.2, 0.1, 0.05];
+        let tv = 0.02;
+        let bound = worst_case_noncentrality(1, tv);
+        for a in 0..p.len() {
+            for b in 0..p.len() {
+                if a != b {
+                    let l = tv * tv * (1.0 / p[a] + 1.0 / p[b]);
+                    assert!(l >= bound, "{a}->{b}: {l} < {bound}");
+                }
+            }
+        }
+        // moving mass from {0, 3} to {1, 2, 4} in proportion to p: tv^2 (1/0.5 + 1/0.5)
+        let prop: f64 = [0usize, 3]
+            .iter()
+            .map(|&i| (tv * p[i] / 0.5).powi(2) / p[i])
+            .sum::<f64>()
+            + [1usize, 2, 4]
+                .iter()
+                .map(|&i| (tv * p[i] / 0.5).powi(2) / p[i])
+                .sum::<f64>();
+        assert!((prop - bound).abs() < 1e-12);
+    }
+
+    #[test]
+    fn pooling_keeps_small_categories_together() {
+        let probs = [0.5, 0.4, 0.06, 0.03, 0.01];
+        let counts = [50, 40, 6, 3, 1];
+        let (_, df, _, pooled) = chi_squared_pooled(&counts, &probs);
+        // expected 50, 40, 6, 3, 1: the last two pool into 4 < 5, which joins the 6
+        assert_eq!(df, 2);
+        assert!((pooled - 0.04).abs() < 1e-12);
     }
 
     #[test]
