@@ -11,6 +11,7 @@ pub mod gemv;
 pub mod ops;
 pub mod qgemv;
 pub mod qpack;
+pub mod qrows;
 pub mod rope;
 pub mod swiglu;
 

@@ -11,65 +11,19 @@
 
 use super::qpack::COL_TILE;
 pub use super::qpack::{QFormat, QPacked, QK};
-
-/// Activation rows quantized in the pair layout of a [`QPacked`] weight.
-pub struct QRows {
-    np: usize,
-    nm: usize,
-    /// `m · np · 64` codes `[A0‥15, B0‥15, A16‥31, B16‥31]`
-    codes: Vec<i8>,
-    /// `m · np · 16`: `−zp · Σ` of each group of four codes (the integer dot's start value)
-    start: Vec<i32>,
-    /// `m · np · 16`: the block scale of each group of four codes
-    scale: Vec<f32>,
-    /// `m · nm`: `d · Σ codes` per block (for the weight's per-block min)
-    dsum: Vec<f32>,
-}
+pub use super::qrows::{quantize_rows, QRows};
 
 /// Rows handled per tile.
 const ROW_TILE: usize = 4;
-
-/// Quantizes `m` rows of `x` (`m · k`) for `w`.
-pub fn quantize_rows(x: &[f32], m: usize, w: &QPacked) -> QRows {
-    let (k, np, nm) = (w.k, w.np, w.nm);
-    let zp = w.fmt.zero_point();
-    let mut q = QRows {
-        np,
-        nm,
-        codes: vec![0; m * np * 64],
-        start: vec![0; m * np * 16],
-        scale: vec![0.0; m * np * 16],
-        dsum: vec![0.0; m * nm],
-    };
-    for r in 0..m {
-        for (b, blk) in x[r * k..(r + 1) * k].chunks_exact(QK).enumerate() {
-            let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let (pair, second) = (b / 2, b % 2);
-            let base = (r * np + pair) * 64;
-            let codes: [i8; QK] = std::array::from_fn(|i| (blk[i] * id).round_ties_even() as i8);
-            for (i, c) in codes.iter().enumerate() {
-                q.codes[base + 32 * (i / 16) + 16 * second + i % 16] = *c;
-            }
-            let sum: i32 = codes.iter().map(|&c| c as i32).sum();
-            q.dsum[r * nm + b] = d * sum as f32;
-            for (g, four) in codes.chunks_exact(4).enumerate() {
-                // groups of four: g 0..3 hold codes 0‥15, g 4..7 codes 16‥31
-                let lane = (r * np + pair) * 16 + (g / 4) * 8 + second * 4 + g % 4;
-                q.start[lane] = -zp * four.iter().map(|&c| c as i32).sum::<i32>();
-                q.scale[lane] = d;
-            }
-        }
-    }
-    q
-}
 
 /// `y[m · n]` from `x[m · k]` and packed `w`. Panics on inconsistent lengths (callers check).
 pub fn qgemv(x: &[f32], m: usize, w: &QPacked, y: &mut [f32]) {
     assert_eq!(x.len(), m * w.k, "qgemv: x is not m*k");
     assert_eq!(y.len(), m * w.n, "qgemv: y is not m*n");
-    let rows = quantize_rows(x, m, w);
+    super::qrows::with_quantized(x, m, w, |rows| run_tiles(y, m, w, rows));
+}
+
+fn run_tiles(y: &mut [f32], m: usize, w: &QPacked, rows: &QRows) {
     let tile = tile_kernel(w.fmt);
     const COLS_PER_TASK: usize = 32;
     super::column_tasks(y, w.n, COLS_PER_TASK, w.n * w.k * m, |cols| {
@@ -79,7 +33,7 @@ pub fn qgemv(x: &[f32], m: usize, w: &QPacked, y: &mut [f32]) {
                 let nr = (m - r0).min(ROW_TILE);
                 // SAFETY: the kernel was chosen for this CPU; `j` is a multiple of COL_TILE
                 // below n_pad and rows r0..r0+nr exist.
-                unsafe { tile(w, j, &rows, r0, nr, &mut out) };
+                unsafe { tile(w, j, rows, r0, nr, &mut out) };
                 for (i, row) in out[..nr].iter().enumerate() {
                     for (c, v) in row.iter().enumerate() {
                         if j + c < cols.j1 {
@@ -471,6 +425,56 @@ mod timing {
                     ns / blocks
                 );
             }
+        }
+    }
+
+    /// SmolLM2-135M's 30 layers of Q4_1 matrices and its tied head, ~110 MB, beyond the L3,
+    /// called in decode order with one row: the DRAM-bound case of a real decode step.
+    /// `DSPARK_FAN_OUT=never cargo test --release -p dspark-engine qgemv_decode_like --
+    /// --ignored --nocapture` (on-CPU time of the calling thread)
+    #[test]
+    #[ignore]
+    fn qgemv_decode_like() {
+        let mk = |n: usize, k: usize, salt: usize| {
+            let mut bytes: Vec<u8> = (0..n * k / 32 * 20)
+                .map(|i| ((i + salt) * 7 % 251) as u8)
+                .collect();
+            for blk in bytes.chunks_exact_mut(20) {
+                blk[0..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+                blk[2..4].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+            }
+            QPacked::from_gguf(QFormat::Q4_1, &bytes, n, k).unwrap()
+        };
+        let mut mats = Vec::new();
+        for l in 0..30 {
+            mats.extend([
+                mk(960, 576, l),
+                mk(576, 576, l),
+                mk(3072, 576, l),
+                mk(576, 1536, l),
+            ]);
+        }
+        mats.push(mk(49152, 576, 99));
+        let bytes: usize = mats
+            .iter()
+            .map(|w| w.codes.len() + 4 * (w.scales.len() + w.mins.len()))
+            .sum();
+        let x: Vec<f32> = (0..1536).map(|i| (i % 7) as f32 - 3.0).collect();
+        let mut y = vec![0f32; 49152];
+        for _ in 0..3 {
+            let reps = 20;
+            let t = cpu_ns();
+            for _ in 0..reps {
+                for w in &mats {
+                    qgemv(&x[..w.k], 1, w, &mut y[..w.n]);
+                }
+            }
+            let ms = (cpu_ns() - t) as f64 / 1e6 / reps as f64;
+            println!(
+                "decode-like: {ms:.2} ms/token on-CPU, {:.1} GB/s of {} MB",
+                bytes as f64 / ms / 1e6,
+                bytes / 1_000_000
+            );
         }
     }
 }

@@ -1,0 +1,238 @@
+//! Activation rows quantized for [`super::qgemv`]: 8-bit blocks of 32 (scale = max|x| / 127,
+//! codes rounded half to even, as llama.cpp's Q8 activations), laid out in the weights' pair
+//! order, with the per-group start values and scales the integer dot needs.
+//!
+//! A decode step quantizes one short row per matrix call, a few hundred times per token, so
+//! the buffers are reused per thread ([`with_quantized`]) and the AVX-512 path quantizes a
+//! block in a handful of instructions. Both paths give the same bytes for finite inputs.
+
+use std::cell::RefCell;
+
+use super::qpack::{QPacked, QK};
+
+/// Activation rows quantized in the pair layout of a [`QPacked`] weight.
+pub struct QRows {
+    pub(super) np: usize,
+    pub(super) nm: usize,
+    /// `m · np · 64` codes `[A0‥15, B0‥15, A16‥31, B16‥31]`
+    pub(super) codes: Vec<i8>,
+    /// `m · np · 16`: `−zp · Σ` of each group of four codes (the integer dot's start value)
+    pub(super) start: Vec<i32>,
+    /// `m · np · 16`: the block scale of each group of four codes
+    pub(super) scale: Vec<f32>,
+    /// `m · nm`: `d · Σ codes` per block (for the weight's per-block min)
+    pub(super) dsum: Vec<f32>,
+}
+
+impl QRows {
+    fn empty() -> Self {
+        QRows {
+            np: 0,
+            nm: 0,
+            codes: Vec::new(),
+            start: Vec::new(),
+            scale: Vec::new(),
+            dsum: Vec::new(),
+        }
+    }
+
+    /// Sizes the buffers for `m` rows of `w`, all zero (an odd last block's partner and the
+    /// padding mins stay zero).
+    fn reset(&mut self, m: usize, w: &QPacked) {
+        fn zeroed<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
+            v.clear();
+            v.resize(n, T::default());
+        }
+        self.np = w.np;
+        self.nm = w.nm;
+        zeroed(&mut self.codes, m * w.np * 64);
+        zeroed(&mut self.start, m * w.np * 16);
+        zeroed(&mut self.scale, m * w.np * 16);
+        zeroed(&mut self.dsum, m * w.nm);
+    }
+}
+
+/// Quantizes `m` rows of `x` (`m · k`) for `w` into a new buffer.
+pub fn quantize_rows(x: &[f32], m: usize, w: &QPacked) -> QRows {
+    let mut q = QRows::empty();
+    quantize_into(x, m, w, &mut q);
+    q
+}
+
+/// Runs `f` on `x` quantized for `w`, in a buffer this thread reuses from call to call.
+pub fn with_quantized<R>(x: &[f32], m: usize, w: &QPacked, f: impl FnOnce(&QRows) -> R) -> R {
+    thread_local! {
+        static SCRATCH: RefCell<QRows> = RefCell::new(QRows::empty());
+    }
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut q) => {
+            quantize_into(x, m, w, &mut q);
+            f(&q)
+        }
+        // a nested call on this thread (none today) gets a buffer of its own
+        Err(_) => f(&quantize_rows(x, m, w)),
+    })
+}
+
+fn quantize_into(x: &[f32], m: usize, w: &QPacked, q: &mut QRows) {
+    let k = w.k;
+    assert_eq!(x.len(), m * k, "quantize_rows: x is not m*k");
+    q.reset(m, w);
+    let zp = w.fmt.zero_point();
+    #[cfg(target_arch = "x86_64")]
+    let fast = avx512::available();
+    #[cfg(not(target_arch = "x86_64"))]
+    let fast = false;
+    for r in 0..m {
+        for (b, blk) in x[r * k..(r + 1) * k].chunks_exact(QK).enumerate() {
+            let at = Slot::new(q, r, b);
+            #[cfg(target_arch = "x86_64")]
+            if fast {
+                // SAFETY: the CPU has the features (checked above); `at` is in bounds of q.
+                unsafe { avx512::block(blk, zp, q, &at) };
+                continue;
+            }
+            let _ = fast;
+            block_portable(blk, zp, q, &at);
+        }
+    }
+}
+
+/// Where block `b` of row `r` goes.
+struct Slot {
+    /// first code byte of its pair, and its half within the pair (A = 0, B = 1)
+    codes: usize,
+    second: usize,
+    /// first of its pair's 16 group lanes
+    lanes: usize,
+    dsum: usize,
+}
+
+impl Slot {
+    fn new(q: &QRows, r: usize, b: usize) -> Self {
+        let pair = r * q.np + b / 2;
+        Slot {
+            codes: pair * 64,
+            second: b % 2,
+            lanes: pair * 16,
+            dsum: r * q.nm + b,
+        }
+    }
+
+    /// Index of code `i` (0‥31) of the block.
+    fn code(&self, i: usize) -> usize {
+        self.codes + 32 * (i / 16) + 16 * self.second + i % 16
+    }
+
+    /// Lane of group `g` (0‥7: codes 4g‥4g+3) of the block.
+    fn lane(&self, g: usize) -> usize {
+        self.lanes + (g / 4) * 8 + self.second * 4 + g % 4
+    }
+}
+
+fn block_portable(blk: &[f32], zp: i32, q: &mut QRows, at: &Slot) {
+    let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let codes: [i8; QK] = std::array::from_fn(|i| (blk[i] * id).round_ties_even() as i8);
+    for (i, c) in codes.iter().enumerate() {
+        q.codes[at.code(i)] = *c;
+    }
+    let sum: i32 = codes.iter().map(|&c| c as i32).sum();
+    q.dsum[at.dsum] = d * sum as f32;
+    for (g, four) in codes.chunks_exact(4).enumerate() {
+        q.start[at.lane(g)] = -zp * four.iter().map(|&c| c as i32).sum::<i32>();
+        q.scale[at.lane(g)] = d;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{QRows, Slot};
+
+    pub fn available() -> bool {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("avx512vnni")
+    }
+
+    /// One block: the portable arithmetic (max of |x|, the same `d` and `1/d`, `x · (1/d)`
+    /// rounded half to even by the default MXCSR mode), so the same bytes.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub unsafe fn block(blk: &[f32], zp: i32, q: &mut QRows, at: &Slot) {
+        debug_assert_eq!(blk.len(), 32);
+        let (v0, v1) = (
+            _mm512_loadu_ps(blk.as_ptr()),
+            _mm512_loadu_ps(blk.as_ptr().add(16)),
+        );
+        let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        let d = amax / 127.0;
+        let id = _mm512_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+        let (i0, i1) = (
+            _mm512_cvtps_epi32(_mm512_mul_ps(v0, id)),
+            _mm512_cvtps_epi32(_mm512_mul_ps(v1, id)),
+        );
+        let (c0, c1) = (_mm512_cvtsepi32_epi8(i0), _mm512_cvtsepi32_epi8(i1));
+        let codes = q.codes.as_mut_ptr();
+        _mm_storeu_si128(codes.add(at.code(0)) as *mut __m128i, c0);
+        _mm_storeu_si128(codes.add(at.code(16)) as *mut __m128i, c1);
+        let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+        q.dsum[at.dsum] = d * sum as f32;
+        // sums of each four consecutive codes: u8 ones · i8 codes, four products per lane
+        let ones = _mm_set1_epi8(1);
+        let nzp = _mm_set1_epi32(-zp);
+        let g0 = _mm_mullo_epi32(_mm_dpbusd_epi32(_mm_setzero_si128(), ones, c0), nzp);
+        let g1 = _mm_mullo_epi32(_mm_dpbusd_epi32(_mm_setzero_si128(), ones, c1), nzp);
+        _mm_storeu_si128(q.start.as_mut_ptr().add(at.lane(0)) as *mut __m128i, g0);
+        _mm_storeu_si128(q.start.as_mut_ptr().add(at.lane(4)) as *mut __m128i, g1);
+        let dv = _mm_set1_ps(d);
+        _mm_storeu_ps(q.scale.as_mut_ptr().add(at.lane(0)), dv);
+        _mm_storeu_ps(q.scale.as_mut_ptr().add(at.lane(4)), dv);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::qpack::QFormat;
+    use super::*;
+
+    #[test]
+    fn both_paths_give_the_same_bytes() {
+        let mut seed = 7u64;
+        let mut r = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 8.0
+        };
+        for (fmt, k, m) in [
+            (QFormat::Q8_0, 96, 3),
+            (QFormat::Q4_1, 576, 1),
+            (QFormat::Q4_0, 64, 2),
+            (QFormat::Q4K, 512, 2),
+        ] {
+            let (bb, be) = fmt.gguf_block();
+            let w = QPacked::from_gguf(fmt, &vec![0u8; 4 * k / be * bb], 4, k).unwrap();
+            let mut x: Vec<f32> = (0..m * k).map(|_| r()).collect();
+            x[5] = 0.0;
+            x[..32].iter_mut().for_each(|v| *v = 0.0); // an all-zero block: d = 0
+            x[40] = 127.5 / 127.0 * x[41].abs().max(1e-3); // a near-tie in the rounding
+            let simd = quantize_rows(&x, m, &w);
+            let mut portable = QRows::empty();
+            portable.reset(m, &w);
+            for row in 0..m {
+                for (b, blk) in x[row * k..(row + 1) * k].chunks_exact(QK).enumerate() {
+                    let at = Slot::new(&portable, row, b);
+                    block_portable(blk, fmt.zero_point(), &mut portable, &at);
+                }
+            }
+            assert_eq!(simd.codes, portable.codes, "{fmt:?}");
+            assert_eq!(simd.start, portable.start, "{fmt:?}");
+            assert_eq!(simd.scale, portable.scale, "{fmt:?}");
+            assert_eq!(simd.dsum, portable.dsum, "{fmt:?}");
+        }
+    }
+}
