@@ -113,6 +113,13 @@
       const use = document.createElement('button');
       use.textContent = 'Use';
       use.addEventListener('click', () => { $('load-model').value = e.id; resolveDrafter(); });
+      if (e.unavailable) {
+        // the engine cannot run it yet: say why instead of offering it
+        use.disabled = true;
+        use.title = e.unavailable;
+        tr.title = e.unavailable;
+        tr.classList.add('unavailable');
+      }
       td.appendChild(use);
       tr.appendChild(td);
       tbody.appendChild(tr);

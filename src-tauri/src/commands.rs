@@ -60,6 +60,8 @@ pub fn settings_save(host: State<'_, Arc<Host>>, settings: AppSettings) -> Res<V
     s.thinking = settings.thinking;
     s.max_draft = settings.max_draft;
     s.save(&host.settings_path)?;
+    // the router and engine take the new key, thinking default and draft knobs at once
+    host.apply_settings();
     Ok(json!({"where": host.settings_path.display().to_string()}))
 }
 
@@ -72,6 +74,8 @@ pub struct RegistryRow {
     pub draft: Option<&'static str>,
     pub ram_bytes: u64,
     pub on_disk: bool,
+    /// Why the engine cannot run this model yet (`None` = it can).
+    pub unavailable: Option<&'static str>,
 }
 
 /// The hub registry: targets, their drafters per mode, RAM estimate, and whether on disk.
@@ -88,6 +92,7 @@ pub async fn registry() -> Vec<RegistryRow> {
                 draft: e.draft,
                 ram_bytes: e.shape.ram_bytes(e.variants[0].quant),
                 on_disk: dspark_hub::local::find_on_disk(e.default_target()).is_some(),
+                unavailable: e.unavailable,
             })
             .collect()
     })

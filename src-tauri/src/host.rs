@@ -14,8 +14,12 @@ use anyhow::{anyhow, Context, Result};
 use axum::body::Body;
 use axum::http::{header, Method, Request};
 use axum::Router;
+use dspark_engine::worker::EngineHandle;
+use dspark_hub::download::NoProgress;
+use dspark_hub::layers::Layers;
+use dspark_hub::settings::Settings;
 use dspark_server::ui::LiveStats;
-use dspark_server::{AppState, Engine, ServerConfig};
+use dspark_server::{AppState, Engine, LiveConfig, ServerConfig};
 use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::Value;
@@ -76,6 +80,10 @@ struct Loaded {
     id: String,
     mode: String,
     router: Router,
+    /// The router's live API key and thinking default.
+    live: Arc<LiveConfig>,
+    /// The real engine, to retune on a settings change (`None` for test doubles).
+    handle: Option<EngineHandle>,
 }
 
 #[derive(Default)]
@@ -128,21 +136,57 @@ impl Host {
         AppSettings::load(&self.settings_path).unwrap_or_default()
     }
 
+    /// The settings in force: the environment over the settings file over the defaults (as
+    /// `dspark serve` merges them, without flags). An unreadable file counts as empty.
+    pub fn effective(&self) -> Settings {
+        Layers::load(Settings::default(), Some(&self.settings_path))
+            .map(|l| l.merged())
+            .unwrap_or_else(|e| {
+                tracing::warn!("{e}; using the defaults");
+                Layers::default().merged()
+            })
+    }
+
     /// Serves `engine` (replacing whatever was loaded) under the id `id`.
     pub fn install(&self, engine: Arc<dyn Engine>, id: String) {
-        let s = self.settings();
+        self.install_engine(engine, None, id);
+    }
+
+    fn install_engine(&self, engine: Arc<dyn Engine>, handle: Option<EngineHandle>, id: String) {
+        let s = self.effective();
         let mode = engine.info().mode.clone();
         let mut cfg = ServerConfig::new(id.clone());
         cfg.api_key = s.api_key.clone().filter(|k| !k.is_empty());
         cfg.limits.thinking = s.thinking.unwrap_or(true);
         let (state, ui) = dspark_server::ui::attach(AppState::new(engine, cfg), self.live.clone());
+        let live = state.live.clone();
         let router = dspark_server::app_with_ui(state, ui);
         let mut g = self.lock();
-        g.loaded = Some(Loaded { id, mode, router });
+        g.loaded = Some(Loaded {
+            id,
+            mode,
+            router,
+            live,
+            handle,
+        });
         g.loading = None;
         g.error = None;
         drop(g);
         self.changed();
+    }
+
+    /// Applies the settings in force to what is loaded, at once: the router's API key and
+    /// thinking default, the engine's draft knobs and prefix-cache limits.
+    pub fn apply_settings(&self) {
+        let s = self.effective();
+        let g = self.lock();
+        if let Some(l) = &g.loaded {
+            l.live.set_api_key(s.api_key.clone());
+            l.live.set_thinking(s.thinking.unwrap_or(true));
+            if let Some(h) = &l.handle {
+                h.retune(dspark_hub::launch::tuning(&s));
+            }
+        }
     }
 
     /// Drops the engine (its worker thread ends with the last handle) and stops the listener.
@@ -157,14 +201,17 @@ impl Host {
         self.lock().loading = Some(req.model.clone());
         self.changed();
         let r2 = req.clone();
-        let res = tokio::task::spawn_blocking(move || crate::loader::load_engine(&r2))
-            .await
-            .map_err(|e| anyhow!("the loader thread failed: {e}"));
+        let path = self.settings_path.clone();
+        let res = tokio::task::spawn_blocking(move || {
+            crate::loader::load_engine(&path, &r2, &NoProgress)
+        })
+        .await
+        .map_err(|e| anyhow!("the loader thread failed: {e}"));
         match res.and_then(|r| r) {
-            Ok((engine, id)) => {
+            Ok((engine, handle, id)) => {
                 let was_listening = self.lock().listener.is_some();
                 self.stop_listener();
-                self.install(engine, id);
+                self.install_engine(engine, Some(handle), id);
                 let mut s = self.settings();
                 s.model = Some(req.model);
                 s.mode = Some(req.mode);
@@ -251,9 +298,16 @@ impl Host {
         }
     }
 
-    fn build(&self, method: Method, path: &str, body: Option<&Value>) -> Request<Body> {
+    /// A request to the router carrying the key in force; a path that is no valid URI (or
+    /// a key that is no valid header) is an error, never a panic.
+    fn build(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Request<Body>, ApiFailure> {
         let mut b = Request::builder().method(method).uri(path);
-        if let Some(k) = self.settings().api_key.filter(|k| !k.is_empty()) {
+        if let Some(k) = self.effective().api_key.filter(|k| !k.is_empty()) {
             b = b.header(header::AUTHORIZATION, format!("Bearer {k}"));
         }
         match body {
@@ -262,7 +316,12 @@ impl Host {
                 .body(Body::from(v.to_string())),
             None => b.body(Body::empty()),
         }
-        .expect("a valid request")
+        .map_err(|e| ApiFailure {
+            status: 400,
+            body: serde_json::json!({"error": {
+                "message": format!("`{path}` cannot be requested: {e}"),
+                "type": "invalid_request_error"}}),
+        })
     }
 
     /// One API call through the router; JSON (or text as a string) back, errors as failures.
@@ -277,7 +336,7 @@ impl Host {
         }
         let resp = self
             .router()?
-            .oneshot(self.build(method, path, body))
+            .oneshot(self.build(method, path, body)?)
             .await
             .map_err(|e| ApiFailure::msg(format!("{e}")))?;
         let status = resp.status().as_u16();
@@ -310,7 +369,7 @@ impl Host {
             .unwrap_or_else(|e| e.into_inner())
             .insert(id, tx);
         let res = async {
-            let req = self.build(Method::POST, "/v1/chat/completions", Some(&body));
+            let req = self.build(Method::POST, "/v1/chat/completions", Some(&body))?;
             let resp = self
                 .router()?
                 .oneshot(req)

@@ -1,5 +1,6 @@
 //! The app's view of the hub settings file (the TOML that `dspark serve` also reads, see
-//! `dspark_hub::settings`): read through the hub's parser, written back as plain TOML.
+//! `dspark_hub::settings`): read through the hub's parser, written back with `toml_edit` so
+//! that keys the app does not edit, comments and layout survive.
 
 use std::path::Path;
 
@@ -48,49 +49,48 @@ impl AppSettings {
         self.port.unwrap_or(dspark_hub::settings::DEFAULT_PORT)
     }
 
-    /// The TOML text of these settings (unset fields are left out).
-    pub fn to_toml(&self) -> String {
-        // TOML basic strings accept JSON's string escapes
-        let q = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
-        let mut out = String::from(
-            "# dspark settings (written by the dspark app; `dspark serve` reads them too)\n",
-        );
-        let mut line = |k: &str, v: String| out.push_str(&format!("{k} = {v}\n"));
-        if let Some(v) = &self.model {
-            line("model", q(v));
-        }
-        if let Some(v) = &self.mode {
-            line("mode", q(v));
-        }
-        if let Some(v) = &self.drafter {
-            line("drafter", q(v));
-        }
-        if let Some(v) = &self.host {
-            line("host", q(v));
-        }
-        if let Some(v) = self.port {
-            line("port", v.to_string());
-        }
-        if let Some(v) = &self.api_key {
-            line("api_key", q(v));
-        }
-        if let Some(v) = self.thinking {
-            line("thinking", v.to_string());
-        }
-        if let Some(v) = self.max_draft {
-            line("max_draft", v.to_string());
-        }
-        out
+    /// `text` (the file as it is) with this struct's keys set or removed; every other key,
+    /// comment and the layout stay as they were (`toml_edit`).
+    pub fn edit_toml(&self, text: &str) -> Result<String> {
+        use toml_edit::{value, DocumentMut, Item};
+        let mut doc: DocumentMut = text
+            .parse()
+            .context("the settings file is not valid TOML")?;
+        let mut put = |k: &str, v: Option<Item>| match v {
+            Some(v) => doc[k] = v,
+            None => {
+                doc.remove(k);
+            }
+        };
+        put("model", self.model.as_deref().map(value));
+        put("mode", self.mode.as_deref().map(value));
+        put("drafter", self.drafter.as_deref().map(value));
+        put("host", self.host.as_deref().map(value));
+        put("port", self.port.map(|p| value(i64::from(p))));
+        put("api_key", self.api_key.as_deref().map(value));
+        put("thinking", self.thinking.map(value));
+        put("max_draft", self.max_draft.map(|n| value(n as i64)));
+        Ok(doc.to_string())
     }
 
-    /// Validates with the hub's parser, then writes `path` (creating its directory).
+    /// Validates with the hub's parser, then replaces `path` atomically (creating its
+    /// directory), keeping keys this struct does not know.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let text = self.to_toml();
+        let old = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                "# dspark settings (the app and `dspark serve` read them; `dspark settings` explains)\n".into()
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        let text = self.edit_toml(&old)?;
         Settings::parse(&text, path)?;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+        let tmp = path.with_extension("toml.tmp");
+        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
     }
 }
 
@@ -111,8 +111,30 @@ mod tests {
             max_draft: Some(4),
             ..Default::default()
         };
+        std::fs::create_dir_all(&dir).unwrap();
+        let kept = "# mine\nconfidence_threshold = 0.5 # tuned\nprefix_cache_slots = 3\n";
+        std::fs::write(&path, kept).unwrap();
         s.save(&path).unwrap();
         assert_eq!(AppSettings::load(&path).unwrap(), s);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with(kept), "{text}");
+        let hub = Settings::load(&path).unwrap();
+        assert_eq!(
+            (hub.confidence_threshold, hub.prefix_cache_slots),
+            (Some(0.5), Some(3))
+        );
+        // unsetting removes the key and nothing else
+        AppSettings {
+            api_key: None,
+            ..s.clone()
+        }
+        .save(&path)
+        .unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            !text.contains("api_key") && text.contains("# tuned"),
+            "{text}"
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 }

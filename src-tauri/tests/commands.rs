@@ -209,28 +209,70 @@ fn server_start_serves_http_and_server_stop_closes_it() {
     assert!(std::net::TcpStream::connect(addr).is_err());
 }
 
+/// The HTTP status line of `GET path` on `addr` with an optional bearer key.
+fn http_status(addr: &str, path: &str, key: Option<&str>) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let auth = key.map_or(String::new(), |k| format!("Authorization: Bearer {k}\r\n"));
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp.lines().next().unwrap_or_default().to_string()
+}
+
 #[test]
-fn settings_are_saved_to_the_hub_settings_file() {
+fn settings_are_saved_to_the_hub_settings_file_and_apply_at_once() {
     let f = fixture("settings");
+    std::fs::write(
+        f.dir.join("config.toml"),
+        "# kept\nport = 0\nconfidence_threshold = 0.5\n",
+    )
+    .unwrap();
+    let info = invoke(&f, "server_start", json!({})).unwrap();
+    let url = info["url"].as_str().unwrap().to_string();
+    let addr = url.trim_start_matches("http://");
+    assert!(http_status(addr, "/v1/models", None).contains(" 200"));
     let r = invoke(
         &f,
         "settings_save",
-        json!({"settings": {"port": 9321, "api_key": "k", "thinking": false, "max_draft": 6}}),
+        json!({"settings": {"port": 0, "api_key": "k", "thinking": false, "max_draft": 6}}),
     )
     .unwrap();
     assert!(r["where"].as_str().unwrap().ends_with("config.toml"));
     let s = invoke(&f, "settings_get", json!({})).unwrap();
-    assert_eq!(s["port"], 9321);
+    assert_eq!(s["port"], 0);
     assert_eq!(s["api_key"], "k");
     assert_eq!(s["thinking"], false);
     assert_eq!(s["max_draft"], 6);
-    // the hub's own parser (what `dspark serve` uses) reads the same file
+    // the hub's own parser (what `dspark serve` uses) reads the same file; keys the app does
+    // not edit and comments are kept
     let hub = dspark_hub::settings::Settings::load(&f.dir.join("config.toml")).unwrap();
-    assert_eq!((hub.port, hub.max_draft), (Some(9321), Some(6)));
-    // with a key set, proxied calls carry it (the router now requires it)
-    f.host.install(scripted("x", 0, false), "keyed".into());
+    assert_eq!((hub.port, hub.max_draft), (Some(0), Some(6)));
+    assert_eq!(hub.confidence_threshold, Some(0.5));
+    let text = std::fs::read_to_string(f.dir.join("config.toml")).unwrap();
+    assert!(text.starts_with("# kept"), "{text}");
+    // the running router takes the new key at once: outside clients need it, and the app's
+    // own calls (which carry it) never see a 401
+    assert!(http_status(addr, "/v1/models", None).contains(" 401"));
+    assert!(http_status(addr, "/v1/models", Some("k")).contains(" 200"));
     let models = invoke(&f, "api_get", json!({"path": "/v1/models"})).unwrap();
-    assert_eq!(models["data"][0]["id"], "keyed");
+    assert_eq!(models["data"][0]["id"], "scripted");
+}
+
+#[test]
+fn bad_paths_are_errors_not_panics() {
+    let f = fixture("baduri");
+    for path in ["/v1/models\u{0}x", "/a b", "/%zz\n"] {
+        let err = invoke(&f, "api_get", json!({ "path": path })).unwrap_err();
+        let status = err["status"].as_u64().unwrap();
+        assert!((400..500).contains(&status), "{path:?}: {err}");
+        assert!(err["body"]["error"]["message"].is_string(), "{err}");
+    }
+    // the app still works afterwards
+    assert!(invoke(&f, "api_get", json!({"path": "/v1/models"})).is_ok());
 }
 
 #[test]

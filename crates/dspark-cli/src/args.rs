@@ -1,20 +1,22 @@
-//! Argument groups shared by several subcommands.
+//! Argument groups shared by several subcommands. Flags carry no defaults of their own: they
+//! become the top layer of the settings (`dspark_hub::layers`: flags, env, file, defaults).
 
 use clap::Args;
+use dspark_hub::settings::Settings;
 
 #[derive(Args, Clone, Debug)]
 pub struct ModelArgs {
-    /// Model directory, .gguf file, or `demo`.
-    #[arg(long, default_value = "demo")]
-    pub model: String,
+    /// Model directory, .gguf file, registry id, hub repo id, or `demo` (default: demo).
+    #[arg(long)]
+    pub model: Option<String>,
     /// Tensor backend: auto (MLX on Apple Silicon builds with the `mlx` feature, else
-    /// candle), candle or mlx.
-    #[arg(long, env = "DSPARK_BACKEND", default_value = "auto", value_parser = ["auto", "candle", "mlx"])]
-    pub backend: String,
+    /// candle), candle, mlx or cuda (candle on CUDA). Env: DSPARK_BACKEND.
+    #[arg(long, value_parser = ["auto", "candle", "mlx", "cuda"])]
+    pub backend: Option<String>,
     /// auto, cpu, cuda or cuda:N (candle); auto, cpu or gpu (mlx; auto is the GPU on Apple
     /// Silicon).
-    #[arg(long, default_value = "auto")]
-    pub device: String,
+    #[arg(long)]
+    pub device: Option<String>,
     /// Activation dtype: f32, f16 or bf16 (default: f32 on cpu, bf16 on cuda).
     #[arg(long)]
     pub dtype: Option<String>,
@@ -42,9 +44,9 @@ pub struct SamplingArgs {
 
 #[derive(Args, Clone, Debug)]
 pub struct SpecArgs {
-    /// Decoding mode: baseline, dspark, dflash or draft.
-    #[arg(long, default_value = "baseline", value_parser = ["baseline", "dspark", "dflash", "draft"])]
-    pub mode: String,
+    /// Decoding mode: baseline (default), dspark, dflash or draft.
+    #[arg(long, value_parser = ["baseline", "dspark", "dflash", "draft"])]
+    pub mode: Option<String>,
     /// Drafter directory (DSpark/DFlash) or small model (draft). `--model demo` has a default
     /// draft-model drafter: the same GGUF kept quantized.
     #[arg(long)]
@@ -52,7 +54,23 @@ pub struct SpecArgs {
     /// Drafts verified per round (default: full block for dspark/dflash, 4 for draft).
     #[arg(long)]
     pub max_draft: Option<usize>,
-    /// DSpark confidence truncation threshold (0 = off).
-    #[arg(long, default_value_t = 0.0)]
-    pub confidence_threshold: f32,
+    /// DSpark confidence truncation threshold (default 0 = off).
+    #[arg(long)]
+    pub confidence_threshold: Option<f32>,
+}
+
+/// The settings layer of the model and speculative flags.
+pub fn flag_layer(m: &ModelArgs, s: &SpecArgs) -> Settings {
+    Settings {
+        model: m.model.clone(),
+        backend: m.backend.clone(),
+        device: m.device.clone(),
+        dtype: m.dtype.clone(),
+        keep_quantized: m.keep_quantized.then_some(true),
+        mode: s.mode.as_deref().and_then(dspark_hub::Mode::parse),
+        drafter: s.drafter.clone(),
+        max_draft: s.max_draft,
+        confidence_threshold: s.confidence_threshold,
+        ..Settings::default()
+    }
 }

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use dspark_engine::backend::{profile, Backend};
+use dspark_engine::backend::profile;
 use dspark_engine::generate::{GenParams, GenResult};
 use dspark_engine::pipeline::Pipeline;
 use dspark_engine::sampling::SamplingParams;
@@ -17,8 +17,10 @@ use serde_json::json;
 
 mod prefix;
 
-use crate::args::{ModelArgs, SpecArgs};
-use crate::model_arg::{backend, build_pipeline, resolve_model};
+use dspark_engine::launch::{self, LaunchBackend, LaunchSpec, OnBackend};
+
+use crate::args::{flag_layer, ModelArgs, SpecArgs};
+use crate::model_arg::{launch, layers};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -159,23 +161,34 @@ fn sum(v: &[Run]) -> Run {
     }
 }
 
+/// Flags over the environment (never the settings file, so runs are reproducible); the
+/// prefix cache stays off (`--prefix-cache` turns it on for its own measurement).
 pub fn run(a: BenchArgs) -> Result<()> {
-    let path = resolve_model(&a.model.model)?;
-    let b = backend(
-        &a.model.device,
-        a.model.dtype.as_deref(),
-        a.model.keep_quantized,
-    )?;
-    let lm = dspark_engine::load::load_model(&b, &path, None)
-        .with_context(|| format!("loading {}", path.display()))?;
+    let mut flags = flag_layer(&a.model, &a.spec);
+    flags.prefix_cache = Some(false);
+    let l = launch(&layers(flags, None)?.merged())?;
+    struct Bench(BenchArgs, LaunchSpec);
+    impl OnBackend for Bench {
+        type Out = Result<()>;
+        fn run<B: LaunchBackend>(self, b: B) -> Result<()> {
+            run_on(self.0, &self.1, b)
+        }
+    }
+    launch::with_backend(&l.spec.clone(), Bench(a, l.spec))?
+}
+
+fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
+    let path = ls.model.clone();
+    let model_label = a.model.model.clone().unwrap_or_else(|| "demo".into());
+    let lm = launch::load_target(ls, &b)?;
     let rss_model = rss_mb();
     let weights_held_mb = lm.load_report.as_ref().map(|r| r.held_bytes() as f64 / 1e6);
     if let Some(r) = &lm.load_report {
         println!("{}", r.summary());
     }
-    let mut pipe: Pipeline<_> = build_pipeline(&a.model, &a.spec, lm, &b)?;
+    let mut pipe: Pipeline<_> = launch::finish_pipeline(ls, &b, lm)?;
     if !a.prefix_cache.is_empty() {
-        let rows = prefix::run(&mut pipe, &a.prefix_cache, &a.model.model)?;
+        let rows = prefix::run(&mut pipe, &a.prefix_cache, &model_label)?;
         let out = json!({"model": path.display().to_string(), "mode": pipe.mode.as_str(), "prefix_cache_ttft": rows});
         write_json(&a.out, &out)?;
         println!("wrote {}", a.out.display());
@@ -294,7 +307,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         "dtype": format!("{:?}", b.compute_dtype()),
         "prompts": ids.len(),
         "max_tokens": a.max_tokens,
-        "keep_quantized": a.model.keep_quantized,
+        "keep_quantized": ls.keep_quantized,
         "baseline": {"tok_s": base_tps, "decode_tok_s": base_decode_tps, "prefill_tok_s": prefill_tps,
                      "prompt_tokens": bs.prompt_tokens, "tokens": bs.tokens, "secs": bs.secs,
                      "ids": base_ids},

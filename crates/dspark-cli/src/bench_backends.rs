@@ -10,6 +10,7 @@ use clap::Args;
 use dspark_engine::backend::Backend;
 use dspark_engine::chat_template::ChatOptions;
 use dspark_engine::generate::{baseline, GenParams};
+use dspark_engine::launch::{LaunchBackend, OnBackend};
 use dspark_engine::load::load_model;
 use dspark_engine::sampling::SamplingParams;
 use serde_json::json;
@@ -80,24 +81,17 @@ pub fn run(a: BenchBackendsArgs) -> Result<()> {
 
 /// Greedy baseline decode of every prompt on candle-CPU, then MLX-CPU when built in.
 pub fn side_by_side(model: &Path, prompts: &[&str], max_tokens: usize) -> Result<Vec<BackendRun>> {
-    let candle = measure(
-        dspark_engine::backend::candle::CandleBackend::cpu(),
-        model,
-        prompts,
-        max_tokens,
-    )?;
-    #[cfg(feature = "mlx")]
-    {
-        let mlx = measure(
-            dspark_engine::backend::mlx::MlxBackend::cpu(),
-            model,
-            prompts,
-            max_tokens,
-        )?;
-        Ok(vec![candle, mlx])
+    #[derive(Clone)]
+    struct Measure<'a>(&'a Path, &'a [&'a str], usize);
+    impl OnBackend for Measure<'_> {
+        type Out = Result<BackendRun>;
+        fn run<B: LaunchBackend>(self, b: B) -> Result<BackendRun> {
+            measure(b, self.0, self.1, self.2)
+        }
     }
-    #[cfg(not(feature = "mlx"))]
-    Ok(vec![candle])
+    dspark_engine::launch::each_cpu_backend(Measure(model, prompts, max_tokens))
+        .into_iter()
+        .collect()
 }
 
 fn measure<B: Backend>(

@@ -10,15 +10,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use dspark_engine::chat_template::ChatOptions;
-use dspark_engine::load::load_model;
 use dspark_engine::sampling::SamplingParams;
 use dspark_engine::worker::{EngineHandle, Event, JobParams, Prompt};
 use dspark_server::{app, AppState, ServerConfig};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::args::{ModelArgs, SpecArgs};
-use crate::model_arg::{backend, build_pipeline, resolve_model};
+use crate::args::{flag_layer, ModelArgs, SpecArgs};
+use crate::model_arg::{launch, layers};
 
 #[derive(Args, Debug)]
 pub struct BenchServerArgs {
@@ -136,16 +135,12 @@ async fn http_stream(addr: std::net::SocketAddr, max_tokens: usize) -> Result<(f
 }
 
 pub fn run(a: BenchServerArgs) -> Result<()> {
-    let path = resolve_model(&a.model.model)?;
-    let (m, s, p2) = (a.model.clone(), a.spec.clone(), path.clone());
-    let h = EngineHandle::spawn(
-        move || -> Result<_> {
-            let b = backend(&m.device, m.dtype.as_deref(), m.keep_quantized)?;
-            let lm = load_model(&b, &p2, None)?;
-            build_pipeline(&m, &s, lm, &b)
-        },
-        64,
-    )?;
+    let mut flags = flag_layer(&a.model, &a.spec);
+    flags.prefix_cache = Some(false);
+    flags.queue = Some(64);
+    let l = launch(&layers(flags, None)?.merged())?;
+    let path = l.spec.model.clone();
+    let h: EngineHandle = dspark_engine::launch::spawn(&l.spec)?;
     let msgs = json!([{"role": "user", "content": PROMPT}]);
     let prompt = Prompt::Chat {
         messages: msgs,

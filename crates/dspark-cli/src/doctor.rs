@@ -47,7 +47,7 @@ pub fn run(_: DoctorArgs) -> Result<()> {
         Ok(()) => r.ok("candle cpu", "matmul ok"),
         Err(e) => r.fail("candle cpu", format!("matmul failed: {e}")),
     }
-    if cfg!(feature = "cuda") {
+    if dspark_engine::launch::HAS_CUDA {
         match Device::new_cuda(0)
             .map_err(anyhow::Error::from)
             .and_then(|d| matmul(&d))
@@ -64,7 +64,7 @@ pub fn run(_: DoctorArgs) -> Result<()> {
             "not compiled in (build with --features cuda)",
         );
     }
-    if cfg!(feature = "mlx") {
+    if dspark_engine::launch::HAS_MLX {
         r.info("mlx", "compiled in");
     } else {
         r.info("mlx", "not compiled in (build with --features mlx)");

@@ -2,18 +2,19 @@
 
 use std::io::Write;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use dspark_engine::backend::Backend;
 use dspark_engine::chat_template::ChatOptions;
 use dspark_engine::generate::text::TextSink;
 use dspark_engine::generate::{GenParams, GenResult};
-use dspark_engine::load::{load_model, LoadedModel};
+use dspark_engine::launch::{self, LaunchBackend, LaunchSpec, OnBackend};
+use dspark_engine::load::LoadedModel;
 use dspark_engine::sampling::SamplingParams;
 use serde_json::json;
 
-use crate::args::{ModelArgs, SamplingArgs, SpecArgs};
-use crate::model_arg::{any_backend, build_pipeline, resolve_model, AnyBackend, CliBackend};
+use crate::args::{flag_layer, ModelArgs, SamplingArgs, SpecArgs};
+use crate::model_arg::{launch, layers};
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
@@ -39,19 +40,26 @@ pub struct GenerateArgs {
     pub spec: SpecArgs,
 }
 
+/// Flags over the environment (not the settings file: one-off runs stay reproducible); no
+/// prefix cache for a single generation.
 pub fn run(a: GenerateArgs) -> Result<()> {
-    match any_backend(&a.model)? {
-        AnyBackend::Candle(b) => run_on(b, a),
-        #[cfg(feature = "mlx")]
-        AnyBackend::Mlx(b) => run_on(b, a),
+    let mut flags = flag_layer(&a.model, &a.spec);
+    flags.prefix_cache = Some(false);
+    let l = launch(&layers(flags, None)?.merged())?;
+    struct Gen(GenerateArgs, LaunchSpec);
+    impl OnBackend for Gen {
+        type Out = Result<()>;
+        fn run<B: LaunchBackend>(self, b: B) -> Result<()> {
+            run_on(b, self.0, &self.1)
+        }
     }
+    launch::with_backend(&l.spec.clone(), Gen(a, l.spec))?
 }
 
-fn run_on<B: CliBackend>(b: B, a: GenerateArgs) -> Result<()> {
-    let path = resolve_model(&a.model.model)?;
-    let lm = load_model(&b, &path, None).with_context(|| format!("loading {}", path.display()))?;
+fn run_on<B: LaunchBackend>(b: B, a: GenerateArgs, spec: &LaunchSpec) -> Result<()> {
+    let lm = launch::load_target(spec, &b)?;
     let prompt = encode_prompt(&lm, &a)?;
-    let mut pipe = build_pipeline(&a.model, &a.spec, lm, &b)?;
+    let mut pipe = launch::finish_pipeline(spec, &b, lm)?;
     let params = GenParams {
         max_new_tokens: a.sampling.max_tokens,
         sampling: SamplingParams {

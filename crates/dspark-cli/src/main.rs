@@ -11,6 +11,7 @@ mod model_arg;
 mod models;
 mod pull;
 mod serve;
+mod settings;
 
 use clap::{Parser, Subcommand};
 
@@ -41,6 +42,8 @@ enum Command {
     Models(models::ModelsArgs),
     /// Download a hub repo into the Hugging Face cache (resumable, integrity-checked).
     Pull(pull::PullArgs),
+    /// The settings `serve` runs with (flags, env, settings file, defaults) and each one's source.
+    Settings(settings::SettingsArgs),
     /// Check that this machine can run dspark; exits non-zero with the reasons if not.
     Doctor(doctor::DoctorArgs),
 }
@@ -63,6 +66,7 @@ fn main() {
         Command::Models(a) => models::run(a),
         Command::Pull(a) => pull::run(a),
         Command::Doctor(a) => doctor::run(a),
+        Command::Settings(a) => settings::run(a),
     };
     if let Err(e) = res {
         eprintln!("dspark: error: {e:#}");

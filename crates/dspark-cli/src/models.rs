@@ -45,6 +45,9 @@ pub fn run(_: ModelsArgs) -> Result<()> {
             e.shape.params() as f64 / 1e9,
             e.shape.layers
         );
+        if let Some(why) = e.unavailable {
+            println!("  unavailable: {why}");
+        }
         for (i, v) in e.variants.iter().enumerate() {
             let disk = find_on_disk(v.repo);
             let ram = shape_of(e, disk.as_ref()).ram_bytes(v.quant);

@@ -1,21 +1,22 @@
-//! `dspark serve`: loads the model on the engine worker thread, binds the OpenAI-compatible
-//! server (default 127.0.0.1:8080) and prints a startup banner. All HTTP lives in
-//! `dspark-server`; this file only wires flags to it.
+//! `dspark serve`: merges flags, environment and the settings file, starts the engine through
+//! `dspark_engine::launch`, binds the OpenAI-compatible server (default 127.0.0.1:8080),
+//! prints a startup banner, and applies settings-file edits live. All HTTP lives in
+//! `dspark-server`; this file only wires settings to it.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use dspark_engine::load::load_model;
 use dspark_engine::worker::EngineHandle;
+use dspark_hub::layers::Layers;
+use dspark_hub::settings::{Settings, SettingsEvent, SettingsWatcher};
 use dspark_server::scripted::{Script, ScriptedEngine};
-use dspark_server::{app, AppState, Cors, Engine, ServerConfig};
+use dspark_server::{app, AppState, Cors, Engine, LiveConfig, ServerConfig};
 
-use crate::args::{ModelArgs, SpecArgs};
-use crate::model_arg::{any_backend, build_pipeline, resolve_model, AnyBackend, CliBackend};
-use dspark_engine::prefix_cache::PrefixCacheConfig;
+use crate::args::{flag_layer, ModelArgs, SpecArgs};
+use crate::model_arg::{launch, layers};
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
@@ -23,13 +24,15 @@ pub struct ServeArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub spec: SpecArgs,
-    #[arg(long, default_value = "127.0.0.1")]
-    pub host: String,
-    /// 0 picks a free port (the banner shows which).
-    #[arg(long, default_value_t = 8080)]
-    pub port: u16,
+    /// Listen address (default 127.0.0.1).
+    #[arg(long)]
+    pub host: Option<String>,
+    /// 0 picks a free port (the banner shows which). Default 8080.
+    #[arg(long)]
+    pub port: Option<u16>,
     /// Require `Authorization: Bearer KEY` on every route except OPTIONS and /health.
-    #[arg(long, env = "DSPARK_API_KEY", hide_env_values = true)]
+    /// Env: DSPARK_API_KEY.
+    #[arg(long)]
     pub api_key: Option<String>,
     /// Default to enable_thinking=false (requests may override it).
     #[arg(long)]
@@ -37,124 +40,164 @@ pub struct ServeArgs {
     /// Browser origins allowed by CORS (repeatable; `*` = any). Localhost origins are always allowed.
     #[arg(long = "cors-origin")]
     pub cors_origins: Vec<String>,
-    /// Requests that may wait while one generates; more get 429 with Retry-After.
-    #[arg(long, default_value_t = 8)]
-    pub queue: usize,
+    /// Requests that may wait while one generates; more get 429 with Retry-After. Default 8.
+    #[arg(long)]
+    pub queue: Option<usize>,
     /// max_tokens when a request gives none (capped by the context left).
     #[arg(long, default_value_t = 2048)]
     pub default_max_tokens: usize,
-    /// The model id reported by /v1/models (default: the model file or directory name).
+    /// The model id reported by /v1/models (default: the registry id, repo id or file name).
     #[arg(long)]
     pub served_model_name: Option<String>,
-    /// Prefix-cache slots (conversations whose KV state is kept).
-    #[arg(long, default_value_t = 8)]
-    pub prefix_cache_slots: usize,
+    /// Prefix-cache slots (conversations whose KV state is kept). Default 8.
+    #[arg(long)]
+    pub prefix_cache_slots: Option<usize>,
     /// RAM budget of the prefix cache; over it, least recently used slots spill to
-    /// --prefix-cache-dir (or are dropped without one). 0 = unlimited.
-    #[arg(long, default_value_t = 2048)]
-    pub prefix_cache_ram_mb: usize,
+    /// --prefix-cache-dir (or are dropped without one). 0 = unlimited. Default 2048.
+    #[arg(long)]
+    pub prefix_cache_ram_mb: Option<usize>,
     /// Directory for spilled prefix-cache slots (reused after a restart).
     #[arg(long)]
     pub prefix_cache_dir: Option<PathBuf>,
     /// Turn the prefix cache off.
     #[arg(long)]
     pub no_prefix_cache: bool,
+    /// Settings file (default: $DSPARK_CONFIG, else the platform config dir's
+    /// dspark/config.toml); read at start and watched while serving.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// Test hook: serve a scripted engine from this JSON file instead of a model.
     #[arg(long, hide = true)]
     pub scripted: Option<PathBuf>,
 }
 
-fn model_id(a: &ServeArgs, path: Option<&std::path::Path>) -> String {
-    if let Some(n) = &a.served_model_name {
-        return n.clone();
+impl ServeArgs {
+    /// The settings layer of these flags.
+    pub fn flags(&self) -> Settings {
+        Settings {
+            served_model_name: self.served_model_name.clone(),
+            prefix_cache: self.no_prefix_cache.then_some(false),
+            prefix_cache_slots: self.prefix_cache_slots,
+            prefix_cache_ram_mb: self.prefix_cache_ram_mb,
+            prefix_cache_dir: self.prefix_cache_dir.clone(),
+            queue: self.queue,
+            host: self.host.clone(),
+            port: self.port,
+            api_key: self.api_key.clone(),
+            thinking: self.no_thinking.then_some(false),
+            ..flag_layer(&self.model, &self.spec)
+        }
     }
-    match path {
-        Some(p) => p.file_stem().or(p.file_name()).map_or_else(
-            || a.model.model.clone(),
-            |s| s.to_string_lossy().into_owned(),
-        ),
-        None => "scripted".into(),
+
+    pub fn config_path(&self) -> PathBuf {
+        self.config
+            .clone()
+            .unwrap_or_else(dspark_hub::paths::config_file)
     }
 }
 
-fn start_engine(a: &ServeArgs) -> Result<(Arc<dyn Engine>, String, String)> {
+/// The engine (a handle to retune when it is a real one), its id and the model path.
+type Started = (Arc<dyn Engine>, Option<EngineHandle>, String, String);
+
+fn start_engine(a: &ServeArgs, merged: &Settings) -> Result<Started> {
     if let Some(file) = &a.scripted {
         let text =
             std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
         let script: Script = serde_json::from_str(&text).context("parsing the script")?;
+        let id = merged
+            .served_model_name
+            .clone()
+            .unwrap_or_else(|| "scripted".into());
         return Ok((
             Arc::new(ScriptedEngine::new(script)),
-            model_id(a, None),
+            None,
+            id,
             "scripted".into(),
         ));
     }
-    let path = resolve_model(&a.model.model)?;
-    let id = model_id(a, Some(&path));
-    let (m, s) = (a.model.clone(), a.spec.clone());
-    let p2 = path.clone();
-    let pc = (!a.no_prefix_cache).then(|| PrefixCacheConfig {
-        max_slots: a.prefix_cache_slots.max(1),
-        max_ram_bytes: a.prefix_cache_ram_mb << 20,
-        dir: a.prefix_cache_dir.clone(),
-        min_reuse: 16,
-    });
-    let handle = match any_backend(&a.model)? {
-        AnyBackend::Candle(b) => spawn_on(b, m, s, p2, a.queue, pc)?,
-        #[cfg(feature = "mlx")]
-        AnyBackend::Mlx(b) => spawn_on(b, m, s, p2, a.queue, pc)?,
-    };
-    Ok((Arc::new(handle), id, path.display().to_string()))
+    let l = launch(merged)?;
+    let handle = dspark_engine::launch::spawn(&l.spec)?;
+    let path = l.spec.model.display().to_string();
+    Ok((Arc::new(handle.clone()), Some(handle), l.id, path))
 }
 
-/// The engine worker on backend `b`: the model and drafter are built on the worker thread,
-/// which then owns every tensor (MLX arrays included).
-fn spawn_on<B: CliBackend>(
-    b: B,
-    m: ModelArgs,
-    s: SpecArgs,
-    path: PathBuf,
-    queue: usize,
-    prefix_cache: Option<PrefixCacheConfig>,
-) -> Result<EngineHandle> {
-    EngineHandle::spawn(
-        move || -> Result<_> {
-            let lm = load_model(&b, &path, None)
-                .with_context(|| format!("loading {}", path.display()))?;
-            let mut pipe = build_pipeline(&m, &s, lm, &b)?;
-            if let Some(cfg) = prefix_cache {
-                pipe.enable_prefix_cache(cfg, s.drafter.as_deref().unwrap_or("default"));
-            }
-            Ok(pipe)
-        },
-        queue,
-    )
+/// Applies settings-file changes while serving: the API key, thinking default, draft knobs
+/// and prefix-cache limits at once; the rest is logged as needing a restart. Flags and the
+/// environment keep beating the file.
+fn watch_settings(
+    path: &std::path::Path,
+    layers: Layers,
+    live: Arc<LiveConfig>,
+    engine: Option<EngineHandle>,
+) -> Option<SettingsWatcher> {
+    let state = Mutex::new(layers);
+    let w = SettingsWatcher::start(path, move |ev| {
+        let SettingsEvent::Changed { settings, .. } = ev else {
+            return; // the watcher logged why; the settings in force stay
+        };
+        let mut l = state.lock().unwrap_or_else(|p| p.into_inner());
+        let old = l.merged();
+        l.file = (**settings).clone();
+        let new = l.merged();
+        live.set_api_key(new.api_key.clone());
+        live.set_thinking(new.thinking.unwrap_or(true));
+        if let Some(h) = &engine {
+            h.retune(dspark_hub::launch::tuning(&new));
+        }
+        let restart = old.restart_needed(&new);
+        if !restart.is_empty() {
+            tracing::warn!(
+                "settings changed that take effect after a restart: {}",
+                restart.join(", ")
+            );
+        }
+        tracing::info!(
+            "settings applied (API key, thinking default, draft and prefix-cache limits)"
+        );
+    });
+    match w {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!("{e}; settings changes need a restart");
+            None
+        }
+    }
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
-    let (engine, id, path) = start_engine(&a)?;
+    let config = a.config_path();
+    let layers = layers(a.flags(), Some(&config))?;
+    let merged = layers.merged();
+    let (engine, handle, id, path) = start_engine(&a, &merged)?;
     let mut cfg = ServerConfig::new(id.clone());
-    cfg.api_key = a.api_key.clone().filter(|k| !k.is_empty());
+    cfg.api_key = merged.api_key.clone().filter(|k| !k.is_empty());
     cfg.cors = Cors::from_list(&a.cors_origins);
-    cfg.limits.thinking = !a.no_thinking;
+    cfg.limits.thinking = merged.thinking.unwrap_or(true);
     cfg.limits.default_max_tokens = a.default_max_tokens.max(1);
     let auth = cfg.api_key.is_some();
+    let thinking = cfg.limits.thinking;
     let info = engine.info().clone();
-    let router = app(AppState::new(engine, cfg));
+    let state = AppState::new(engine, cfg);
+    let _watcher = watch_settings(&config, layers, state.live.clone(), handle);
+    let router = app(state);
+    let (host, port) = (merged.host().to_string(), merged.port());
+    let queue = merged.queue.unwrap_or(8);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let addr: SocketAddr = format!("{}:{}", a.host, a.port)
+        let addr: SocketAddr = format!("{host}:{port}")
             .parse()
-            .or_else(|_| format!("[{}]:{}", a.host, a.port).parse())
-            .with_context(|| format!("bad --host/--port `{}:{}`", a.host, a.port))?;
+            .or_else(|_| format!("[{host}]:{port}").parse())
+            .with_context(|| format!("bad host/port `{host}:{port}`"))?;
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot bind {addr}"))?;
         let local = listener.local_addr()?;
         let base = format!("http://{local}");
         let drafter = info.drafter.as_deref().unwrap_or("none");
         let key_hdr = if auth { " -H \"Authorization: Bearer $DSPARK_API_KEY\"" } else { "" };
         println!("dspark serve · mode {} · model {id} ({path}) · drafter {drafter}", info.mode);
-        println!("  auth: {} · thinking default: {} · queue: {}", if auth { "on (Bearer key)" } else { "off" }, !a.no_thinking, a.queue);
+        println!("  auth: {} · thinking default: {thinking} · queue: {queue}", if auth { "on (Bearer key)" } else { "off" });
+        println!("  settings: {} (watched; `dspark settings` shows what is in force)", config.display());
         println!("  OpenAI base URL: {base}/v1");
         println!("  try: curl -s {base}/v1/chat/completions -H 'Content-Type: application/json'{key_hdr} -d '{{\"messages\":[{{\"role\":\"user\",\"content\":\"Hello\"}}]}}'");
         println!("listening on {base}");

@@ -6,6 +6,7 @@ pub mod drafters;
 pub mod error;
 pub mod generate;
 pub mod kv;
+pub mod launch;
 pub mod load;
 pub mod model;
 pub mod pipeline;

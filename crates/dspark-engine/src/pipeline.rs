@@ -23,15 +23,6 @@ pub struct Pipeline<B: Backend> {
     prefix: Option<PrefixCache<B>>,
 }
 
-/// Default drafts per round when `--max-draft` is not given.
-pub fn default_max_draft(mode: Mode) -> usize {
-    match mode {
-        Mode::Baseline => 1,
-        Mode::Draft => 4,
-        Mode::Dspark | Mode::Dflash => usize::MAX, // the drafter's full block
-    }
-}
-
 /// Loads the drafter for `mode` from `path`. draft-model drafters are loaded with
 /// `draft_backend` (e.g. one that keeps GGUF weights quantized).
 pub fn load_drafter<B: Backend>(
@@ -99,6 +90,16 @@ impl<B: Backend> Pipeline<B> {
             self.target.model.cfg.max_position_embeddings,
         );
         self.prefix = Some(PrefixCache::new(b, cfg, &fp, shape));
+    }
+
+    /// Applies live settings: drafts per round, confidence threshold (through the draft
+    /// policy) and the prefix cache's slot and RAM limits. Takes effect at the next request.
+    pub fn retune(&mut self, t: &crate::worker::Tuning) {
+        self.spec =
+            crate::spec::policy::spec_params(self.mode, t.max_draft, t.confidence_threshold);
+        if let (Some(p), Some((slots, ram))) = (self.prefix.as_mut(), t.prefix_limits) {
+            p.set_limits(slots, ram);
+        }
     }
 
     /// Prefix-cache counters (`enabled: false` when off).

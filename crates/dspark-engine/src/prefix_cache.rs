@@ -19,7 +19,7 @@ use crate::backend::{BResult, Backend};
 use crate::kv::{HostLayer, KvCache};
 use crate::spec::DrafterState;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PrefixCacheConfig {
     /// Slots kept in total (RAM + disk).
     pub max_slots: usize,
@@ -321,6 +321,13 @@ impl<B: Backend> PrefixCache<B> {
                 }
             })
             .sum()
+    }
+
+    /// New slot and RAM limits (0 RAM = unlimited); slots over them go at once, as on a store.
+    pub fn set_limits(&mut self, max_slots: usize, max_ram_bytes: usize) {
+        self.cfg.max_slots = max_slots.max(1);
+        self.cfg.max_ram_bytes = max_ram_bytes;
+        self.enforce_budget();
     }
 
     fn enforce_budget(&mut self) {

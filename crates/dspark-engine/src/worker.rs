@@ -5,7 +5,7 @@
 //! generation at the next round. Knows nothing about HTTP or async runtimes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde_json::Value as Json;
@@ -89,6 +89,20 @@ pub struct ModelInfo {
     pub has_chat_template: bool,
 }
 
+/// Settings a running engine can change (a settings-file reload, the app's Settings pane).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tuning {
+    /// Drafts per round (`None` = the mode's default, see `spec::policy`).
+    pub max_draft: Option<usize>,
+    /// DSpark confidence truncation threshold (0 = off).
+    pub confidence_threshold: f32,
+    /// Prefix-cache (slots, RAM bytes); ignored when the cache is off.
+    pub prefix_limits: Option<(usize, usize)>,
+}
+
+/// The latest [`Tuning`] not yet applied by the worker.
+type PendingTuning = Arc<Mutex<Option<Tuning>>>;
+
 /// Callback run on the worker thread for each event; `false` = the receiver is gone.
 pub type EventFn = Box<dyn FnMut(Event) -> bool + Send>;
 
@@ -104,6 +118,7 @@ pub struct EngineHandle {
     queue: JobQueue,
     tokenizer: Arc<Tokenizer>,
     info: Arc<ModelInfo>,
+    tuning: PendingTuning,
 }
 
 impl EngineHandle {
@@ -119,6 +134,8 @@ impl EngineHandle {
     {
         let (queue, rx) = JobQueue::new(queue_cap);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let tuning = PendingTuning::default();
+        let pending = tuning.clone();
         std::thread::Builder::new()
             .name("dspark-engine".into())
             .spawn(move || match build() {
@@ -132,7 +149,7 @@ impl EngineHandle {
                         has_chat_template: t.chat_template().is_some(),
                     };
                     let _ = ready_tx.send(Ok((t, info)));
-                    run_worker(pipe, rx);
+                    run_worker(pipe, rx, pending);
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
@@ -150,7 +167,14 @@ impl EngineHandle {
             queue,
             tokenizer,
             info: Arc::new(info),
+            tuning,
         })
+    }
+
+    /// Changes draft settings and prefix-cache limits; the worker applies them before the
+    /// next job (a generation in progress keeps its settings).
+    pub fn retune(&self, t: Tuning) {
+        *self.tuning.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
     }
 
     pub fn info(&self) -> &ModelInfo {
@@ -223,10 +247,14 @@ fn plain_transcript(messages: &Json) -> String {
     parts.join("\n")
 }
 
-fn run_worker<B: Backend>(mut pipe: Pipeline<B>, rx: JobRx) {
+fn run_worker<B: Backend>(mut pipe: Pipeline<B>, rx: JobRx, tuning: PendingTuning) {
     let eos = pipe.target.eos_ids();
     let tokenizer = pipe.target.tokenizer.clone();
     while let Some((job, queued_at)) = rx.recv() {
+        if let Some(t) = tuning.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            tracing::info!("engine retuned: {t:?}");
+            pipe.retune(&t);
+        }
         run_job(&mut pipe, &tokenizer, &eos, job, queued_at, rx.counters());
         rx.counters().running.store(0, Ordering::Relaxed);
     }

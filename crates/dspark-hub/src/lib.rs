@@ -4,6 +4,8 @@
 
 pub mod demo;
 pub mod download;
+pub mod launch;
+pub mod layers;
 pub mod local;
 pub mod paths;
 pub mod registry;
@@ -58,6 +60,10 @@ pub enum HubError {
         revision: String,
         cache: std::path::PathBuf,
     },
+    #[error("`{model}` cannot be loaded: {reason}")]
+    Unavailable { model: String, reason: &'static str },
+    #[error("{0}")]
+    Settings(#[from] settings::SettingsError),
     #[error("unexpected hub metadata from {url}: {message}")]
     Metadata { url: String, message: String },
 }

@@ -152,6 +152,8 @@ pub struct Entry {
     pub shape: Shape,
     /// True when `shape` is an assumption rather than the published config.
     pub shape_assumed: bool,
+    /// Why the engine cannot run this model yet (`None` = it can).
+    pub unavailable: Option<&'static str>,
 }
 
 impl Entry {
@@ -227,6 +229,10 @@ macro_rules! variants {
     ($($repo:literal => $q:ident),* $(,)?) => { &[$(Variant { repo: $repo, quant: Quant::$q }),*] };
 }
 
+/// Why Gemma 4 entries cannot be loaded yet.
+const GEMMA_UNAVAILABLE: &str =
+    "Gemma 4 is not implemented by the engine yet (it runs Qwen3, Qwen2 and Llama architectures)";
+
 /// The name under which the demo model is requested.
 pub const DEMO: &str = "demo";
 
@@ -242,6 +248,7 @@ pub const REGISTRY: &[Entry] = &[
         draft: Some(QWEN3_DRAFT),
         shape: QWEN3_4B,
         shape_assumed: false,
+        unavailable: None,
     },
     Entry {
         id: "qwen3-8b",
@@ -252,6 +259,7 @@ pub const REGISTRY: &[Entry] = &[
         draft: Some(QWEN3_DRAFT),
         shape: QWEN3_8B,
         shape_assumed: false,
+        unavailable: None,
     },
     Entry {
         id: "qwen3-14b",
@@ -262,6 +270,7 @@ pub const REGISTRY: &[Entry] = &[
         draft: Some(QWEN3_DRAFT),
         shape: QWEN3_14B,
         shape_assumed: false,
+        unavailable: None,
     },
     Entry {
         id: "gemma-4-12b",
@@ -273,6 +282,7 @@ pub const REGISTRY: &[Entry] = &[
         draft: None,
         shape: GEMMA_12B,
         shape_assumed: true,
+        unavailable: Some(GEMMA_UNAVAILABLE),
     },
     Entry {
         id: "smollm2-135m",
@@ -282,6 +292,7 @@ pub const REGISTRY: &[Entry] = &[
         draft: Some(DEMO),
         shape: SMOLLM2_135M,
         shape_assumed: false,
+        unavailable: None,
     },
 ];
 
@@ -309,6 +320,18 @@ pub fn lookup(target: &str) -> Option<&'static Entry> {
         let id_nodash: String = e.id.chars().filter(|&c| c != '-').collect();
         base.contains(e.id) || base_nodash.contains(&id_nodash)
     })
+}
+
+/// The reason `target` (a registry id, repo id or path) cannot run yet, if the registry knows
+/// one. Checked before anything is downloaded.
+pub fn unavailable_reason(target: &str) -> Option<(&'static str, &'static str)> {
+    let t = target.trim();
+    let t = FAMILIES
+        .iter()
+        .find(|(f, _)| *f == t)
+        .map_or(t, |(_, repo)| *repo);
+    let t = if t.is_empty() { DEFAULT_TARGET } else { t };
+    lookup(t).and_then(|e| e.unavailable.map(|r| (e.id, r)))
 }
 
 /// A resolved target and drafter (repo ids, paths or `demo`).
@@ -528,6 +551,28 @@ mod tests {
         check("demo", Mode::DSpark, None, Some("demo-dspark"));
         check("demo", Mode::DFlash, None, Some("demo-dflash"));
         check("smollm2-135m", Mode::DSpark, None, Some("demo-dspark"));
+    }
+
+    #[test]
+    fn gemma_is_marked_unavailable() {
+        for t in [
+            "gemma-4-12b",
+            "gemma4",
+            "mlx-community/gemma-4-12B-it-4bit",
+            "",
+        ] {
+            let (id, why) = unavailable_reason(t).unwrap_or_else(|| panic!("{t}"));
+            assert_eq!(id, "gemma-4-12b");
+            assert!(why.contains("not implemented"), "{why}");
+        }
+        for t in [
+            "qwen3-8b",
+            "demo",
+            "mlx-community/Qwen3-4B-4bit",
+            "org/unknown",
+        ] {
+            assert_eq!(unavailable_reason(t), None, "{t}");
+        }
     }
 
     #[test]

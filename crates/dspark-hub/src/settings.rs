@@ -6,27 +6,53 @@ use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, RwLock};
 
 use notify::{RecursiveMode, Watcher};
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::registry::Mode;
 
 pub const DEFAULT_HOST: &str = "127.0.0.1";
 pub const DEFAULT_PORT: u16 = 8080;
 
-/// Everything the file may set; `None` means "not set here".
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+/// Everything the file may set; `None` means "not set here". Keys are also read from the
+/// environment as `DSPARK_<KEY>` (see [`crate::layers`]).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     pub model: Option<String>,
-    #[serde(default, deserialize_with = "de_mode")]
+    #[serde(
+        default,
+        deserialize_with = "de_mode",
+        serialize_with = "ser_mode",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub mode: Option<Mode>,
     pub drafter: Option<String>,
+    /// The id `/v1/models` reports (default: the registry id, repo id or file name).
+    pub served_model_name: Option<String>,
+    /// auto, candle, mlx or cuda.
+    #[serde(default, deserialize_with = "de_backend")]
+    pub backend: Option<String>,
+    /// auto, cpu, cuda, cuda:N (candle); auto, cpu, gpu (MLX).
+    pub device: Option<String>,
+    /// f32, f16 or bf16.
+    #[serde(default, deserialize_with = "de_dtype")]
+    pub dtype: Option<String>,
+    pub keep_quantized: Option<bool>,
+    pub max_draft: Option<usize>,
+    pub confidence_threshold: Option<f32>,
+    /// The prefix cache on or off.
+    pub prefix_cache: Option<bool>,
+    pub prefix_cache_slots: Option<usize>,
+    /// RAM budget of the prefix cache in MB (0 = unlimited).
+    pub prefix_cache_ram_mb: Option<usize>,
+    pub prefix_cache_dir: Option<PathBuf>,
+    /// Requests that may wait while one generates.
+    pub queue: Option<usize>,
     pub host: Option<String>,
     pub port: Option<u16>,
     pub api_key: Option<String>,
     /// Default of the chat template's `enable_thinking`.
     pub thinking: Option<bool>,
-    pub max_draft: Option<usize>,
 }
 
 fn de_mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Mode>, D::Error> {
@@ -37,6 +63,43 @@ fn de_mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Mode>, D::Error> {
         ))
     })
 }
+
+fn ser_mode<S: Serializer>(m: &Option<Mode>, s: S) -> Result<S::Ok, S::Error> {
+    match m {
+        Some(m) => s.serialize_str(m.as_str()),
+        None => s.serialize_none(),
+    }
+}
+
+fn de_backend<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let s = String::deserialize(d)?;
+    match dspark_engine::launch::BackendKind::parse(&s) {
+        Some(_) => Ok(Some(s)),
+        None => Err(serde::de::Error::custom(format!(
+            "unknown backend `{s}` (auto, candle, mlx, cuda)"
+        ))),
+    }
+}
+
+fn de_dtype<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let s = String::deserialize(d)?;
+    match dspark_engine::backend::DType::parse(&s) {
+        Some(_) => Ok(Some(s)),
+        None => Err(serde::de::Error::custom(format!(
+            "unknown dtype `{s}` (f32, f16, bf16)"
+        ))),
+    }
+}
+
+/// Keys a running server applies at once; any other change waits for a restart.
+pub const LIVE_KEYS: &[&str] = &[
+    "api_key",
+    "thinking",
+    "max_draft",
+    "confidence_threshold",
+    "prefix_cache_slots",
+    "prefix_cache_ram_mb",
+];
 
 /// Why a settings file could not be used.
 #[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
@@ -80,23 +143,6 @@ impl Settings {
         }
     }
 
-    /// These settings with every field that `cli` sets taken from `cli` (flags beat the file).
-    pub fn merge_cli(&self, cli: &Settings) -> Settings {
-        fn pick<T: Clone>(cli: &Option<T>, file: &Option<T>) -> Option<T> {
-            cli.clone().or_else(|| file.clone())
-        }
-        Settings {
-            model: pick(&cli.model, &self.model),
-            mode: pick(&cli.mode, &self.mode),
-            drafter: pick(&cli.drafter, &self.drafter),
-            host: pick(&cli.host, &self.host),
-            port: pick(&cli.port, &self.port),
-            api_key: pick(&cli.api_key, &self.api_key),
-            thinking: pick(&cli.thinking, &self.thinking),
-            max_draft: pick(&cli.max_draft, &self.max_draft),
-        }
-    }
-
     pub fn host(&self) -> &str {
         self.host.as_deref().unwrap_or(DEFAULT_HOST)
     }
@@ -105,26 +151,39 @@ impl Settings {
         self.port.unwrap_or(DEFAULT_PORT)
     }
 
-    /// Fields that differ between `self` and `new` and only take effect after a restart
-    /// (the loaded models and the listening socket); the others can be applied live.
+    /// Keys whose values differ between `self` and `new` and only take effect after a
+    /// restart (the loaded models, the backend and the listening socket); the rest of the
+    /// differences ([`LIVE_KEYS`]) can be applied live.
     pub fn restart_needed(&self, new: &Settings) -> Vec<&'static str> {
-        let mut v = Vec::new();
-        if self.model != new.model {
-            v.push("model");
+        let (a, b) = (self.values(), new.values());
+        crate::layers::KEYS
+            .iter()
+            .copied()
+            .filter(|k| !LIVE_KEYS.contains(k) && a.get(*k) != b.get(*k))
+            .collect()
+    }
+
+    /// The keys set here as a TOML table.
+    pub fn to_table(&self) -> toml::Table {
+        match toml::Value::try_from(self) {
+            Ok(toml::Value::Table(t)) => t,
+            _ => toml::Table::new(),
         }
-        if self.mode != new.mode {
-            v.push("mode");
-        }
-        if self.drafter != new.drafter {
-            v.push("drafter");
-        }
-        if self.host != new.host {
-            v.push("host");
-        }
-        if self.port != new.port {
-            v.push("port");
-        }
-        v
+    }
+
+    /// Settings from a TOML table (the checks of [`Settings::parse`], without positions).
+    pub fn deserialize_table(t: toml::Table) -> Result<Settings, String> {
+        toml::Value::Table(t)
+            .try_into()
+            .map_err(|e: toml::de::Error| e.message().trim().to_string())
+    }
+
+    /// The keys set here, with their values as TOML text.
+    pub fn values(&self) -> std::collections::BTreeMap<String, String> {
+        self.to_table()
+            .into_iter()
+            .map(|(k, v)| (k, v.to_string()))
+            .collect()
     }
 }
 
@@ -142,11 +201,11 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 }
 
 /// What the watcher saw.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum SettingsEvent {
     /// The file changed and parsed; `restart_needed` lists fields that apply only after a restart.
     Changed {
-        settings: Settings,
+        settings: Box<Settings>,
         restart_needed: Vec<&'static str>,
     },
     /// The file changed but is invalid; the previous settings stay in force.
@@ -207,14 +266,8 @@ impl SettingsWatcher {
                     *guard = new.clone();
                     drop(guard);
                     tracing::info!("settings reloaded from {}", file.display());
-                    if !restart_needed.is_empty() {
-                        tracing::warn!(
-                            "changed settings take effect after a restart: {}",
-                            restart_needed.join(", ")
-                        );
-                    }
                     SettingsEvent::Changed {
-                        settings: new,
+                        settings: Box::new(new),
                         restart_needed,
                     }
                 }
@@ -309,24 +362,15 @@ mod tests {
     }
 
     #[test]
-    fn cli_beats_file_beats_defaults() {
-        let file = Settings {
-            model: Some("f".into()),
-            port: Some(1),
-            thinking: Some(true),
-            ..Default::default()
-        };
-        let cli = Settings {
-            port: Some(2),
-            mode: Some(Mode::Baseline),
-            ..Default::default()
-        };
-        let m = file.merge_cli(&cli);
-        assert_eq!(m.model.as_deref(), Some("f"));
-        assert_eq!(m.port(), 2);
-        assert_eq!(m.mode, Some(Mode::Baseline));
-        assert_eq!(m.thinking, Some(true));
-        assert_eq!(m.host(), DEFAULT_HOST);
-        assert_eq!(file.restart_needed(&m), vec!["mode", "port"]);
+    fn only_non_live_keys_need_a_restart() {
+        let a = Settings::parse("port = 1\napi_key = \"a\"\n", Path::new("c")).unwrap();
+        let b = Settings::parse(
+            "port = 2\napi_key = \"b\"\nmode = \"draft\"\nmax_draft = 3\nbackend = \"candle\"\n",
+            Path::new("c"),
+        )
+        .unwrap();
+        assert_eq!(a.restart_needed(&b), vec!["mode", "backend", "port"]);
+        assert!(Settings::parse("backend = \"tpu\"\n", Path::new("c")).is_err());
+        assert!(Settings::parse("dtype = \"f8\"\n", Path::new("c")).is_err());
     }
 }

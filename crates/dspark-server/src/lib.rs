@@ -15,7 +15,8 @@ pub mod tools;
 pub mod ui;
 pub mod validate;
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
@@ -56,10 +57,49 @@ impl ServerConfig {
     }
 }
 
+/// Settings a running server applies at once (a settings-file reload, the app's Settings
+/// pane): the API key and the thinking default. Starts from the [`ServerConfig`].
+#[derive(Debug)]
+pub struct LiveConfig {
+    api_key: RwLock<Option<String>>,
+    thinking: AtomicBool,
+}
+
+impl LiveConfig {
+    fn new(cfg: &ServerConfig) -> Self {
+        LiveConfig {
+            api_key: RwLock::new(cfg.api_key.clone()),
+            thinking: AtomicBool::new(cfg.limits.thinking),
+        }
+    }
+
+    /// The key every request must present (`None` or empty = no auth).
+    pub fn api_key(&self) -> Option<String> {
+        self.api_key
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn set_api_key(&self, key: Option<String>) {
+        *self.api_key.write().unwrap_or_else(|p| p.into_inner()) = key.filter(|k| !k.is_empty());
+    }
+
+    /// The default of `enable_thinking` when a request does not set it.
+    pub fn thinking(&self) -> bool {
+        self.thinking.load(Ordering::Relaxed)
+    }
+
+    pub fn set_thinking(&self, on: bool) {
+        self.thinking.store(on, Ordering::Relaxed);
+    }
+}
+
 #[derive(Clone)]
 pub struct AppState {
     pub engine: Arc<dyn Engine>,
     pub cfg: Arc<ServerConfig>,
+    pub live: Arc<LiveConfig>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -67,8 +107,17 @@ impl AppState {
     pub fn new(engine: Arc<dyn Engine>, cfg: ServerConfig) -> Self {
         AppState {
             engine,
+            live: Arc::new(LiveConfig::new(&cfg)),
             cfg: Arc::new(cfg),
             metrics: Arc::default(),
+        }
+    }
+
+    /// The validation limits in force (the static ones, with the live thinking default).
+    pub fn limits(&self) -> Limits {
+        Limits {
+            thinking: self.live.thinking(),
+            ..self.cfg.limits.clone()
         }
     }
 }

@@ -123,7 +123,7 @@ fn key_matches(presented: &[u8], key: &[u8]) -> bool {
 }
 
 pub async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let Some(key) = st.cfg.api_key.as_deref() else {
+    let Some(key) = st.live.api_key() else {
         return next.run(req).await;
     };
     if req.method() == Method::OPTIONS || req.uri().path() == "/health" {

@@ -7,6 +7,7 @@
 //! every drafter state.
 
 pub mod decode;
+pub mod policy;
 pub mod verify;
 
 use rand::RngCore;

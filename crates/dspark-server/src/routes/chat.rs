@@ -22,7 +22,7 @@ pub async fn handler(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = super::body_bytes(body, st.cfg.max_body_bytes)?;
-    let req = parse_body(&bytes, Kind::Chat, &st.cfg.limits)?;
+    let req = parse_body(&bytes, Kind::Chat, &st.limits())?;
     let g = start(&st.engine, &req, st.cfg.limits.default_max_tokens).await?;
     let id = format!("chatcmpl-{}", random_hex(12));
     let model = req.model.clone().unwrap_or_else(|| st.cfg.model_id.clone());
