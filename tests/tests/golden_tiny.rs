@@ -200,6 +200,60 @@ fn bad_checkpoints<B: Backend>(b: B) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A 1,500-token prompt against transformers' single full forward: the engine prefills it in
+/// chunks of `PREFILL_CHUNK` (512) through the KV cache, at RoPE positions up to 1,515, so this
+/// covers chunked prefill and long positions against an outside reference (sampled rows: every
+/// 97th position and the last four), then the greedy continuation.
+#[test]
+fn long_prompt_matches_transformers() {
+    on_backend!(long_prompt)
+}
+
+fn long_prompt<B: Backend>(b: B) {
+    let g = golden("tiny_qwen3_long.json");
+    let m = load(&b, "qwen3");
+    let ids = as_u32s(&g["prompt_ids"]);
+    assert_eq!(ids.len(), 1500);
+    assert!(ids.len() > 2 * dspark_engine::model::transformer::PREFILL_CHUNK);
+    let rows: Vec<usize> = as_u32s(&g["rows"]).iter().map(|&r| r as usize).collect();
+    let mut cache = m.new_cache();
+    let out = m
+        .forward(&ids, &mut cache, &[0, 2], LogitsWanted::All)
+        .unwrap();
+    let logits = b.to_f32_vec(out.logits.as_ref().unwrap()).unwrap();
+    let taps = b.to_f32_vec(out.taps.as_ref().unwrap()).unwrap();
+    let (v, h) = (m.cfg.vocab_size, m.cfg.hidden_size);
+    let want = as_f32_rows(&g["logits"]);
+    let mut worst = (0.0f32, 0usize);
+    for (row, &r) in want.iter().zip(&rows) {
+        let d = max_abs_diff(&logits[r * v..(r + 1) * v], row);
+        if d > worst.0 {
+            worst = (d, r);
+        }
+        assert!(d < TOL, "logits at position {r}: max |diff| {d}");
+    }
+    for (k, layer) in ["0", "2"].iter().enumerate() {
+        for (row, &r) in as_f32_rows(&g["hidden_states"][layer]).iter().zip(&rows) {
+            let start = r * 2 * h + k * h;
+            let d = max_abs_diff(&taps[start..start + h], row);
+            let tol = TOL.max(TAP_REL_TOL * max_abs(row));
+            assert!(d < tol, "layer {layer} output at position {r}: {d} > {tol}");
+        }
+    }
+    eprintln!(
+        "long prompt: worst logits diff {} at position {}",
+        worst.0, worst.1
+    );
+    let want = as_u32s(&g["greedy_new_tokens"]);
+    let params = GenParams {
+        max_new_tokens: want.len(),
+        sampling: SamplingParams::greedy(),
+        eos: vec![],
+    };
+    let r = baseline::generate(&m, &mut m.new_cache(), &ids, &params, &mut Vec::new()).unwrap();
+    assert_eq!(r.tokens, want, "greedy continuation of the long prompt");
+}
+
 #[test]
 fn long_prompts_are_chunked_without_changing_results() {
     on_backend!(long_prompts_chunked)
