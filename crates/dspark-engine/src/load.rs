@@ -1,6 +1,8 @@
 //! Loading a target model together with its tokenizer and chat template, from a model
 //! directory or a GGUF file.
 
+pub mod memory_fit;
+
 use std::path::{Path, PathBuf};
 
 use crate::backend::Backend;
@@ -42,6 +44,9 @@ pub fn load_model<B: Backend>(
         (None, None) => Tokenizer::from_dir(path),
     }
     .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
+    // refuse before reading any weight when they cannot fit
+    let (needed, how) = memory_fit::weights_estimate(backend, &ck.cfg, path);
+    memory_fit::check(path, needed, &how, memory_fit::available_bytes())?;
     backend.take_load_report(); // what earlier loads left
     let model = Transformer::load(backend, ck.cfg, ck.source.as_ref())?;
     let load_report = backend.take_load_report();

@@ -100,6 +100,11 @@ pub trait Backend: Clone + Send + 'static {
     fn device_label(&self) -> String;
     /// Activation dtype used by models on this backend.
     fn compute_dtype(&self) -> DType;
+    /// Whether GGUF block-quantized weights stay quantized in memory (else they are
+    /// dequantized to [`Backend::compute_dtype`] at load).
+    fn keeps_gguf_quantized(&self) -> bool {
+        false
+    }
     /// What the weights loaded since the last call became (forms and bytes), then cleared.
     fn take_load_report(&self) -> Option<load_report::LoadReport> {
         None

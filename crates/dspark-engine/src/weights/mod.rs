@@ -187,6 +187,19 @@ pub enum LoadError {
         name: String,
         message: String,
     },
+    #[error(
+        "{path}: needs about {:.2} GB of memory for its weights ({how}) but {:.2} GB is available; \
+         close other programs, choose a smaller or quantized variant, or set \
+         DSPARK_SKIP_MEMORY_CHECK=1 to load it anyway",
+        *needed as f64 / 1e9,
+        *available as f64 / 1e9
+    )]
+    TooLarge {
+        path: PathBuf,
+        needed: u64,
+        available: u64,
+        how: String,
+    },
 }
 
 impl LoadError {

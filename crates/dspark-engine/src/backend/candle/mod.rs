@@ -223,6 +223,10 @@ impl Backend for CandleBackend {
         self.dtype
     }
 
+    fn keeps_gguf_quantized(&self) -> bool {
+        self.keep_quantized
+    }
+
     fn tensor(&self, host: &HostTensor) -> BResult<Tensor> {
         let t = self.device_tensor(host)?;
         self.record(
