@@ -176,6 +176,7 @@ window.DS = window.DS || {};
       registry: () => call('registry'),
       resolveDrafter: (model, mode) => call('resolve_drafter', { model, mode }),
       load: (req) => call('load_model', { req }),
+      cancelLoad: () => call('cancel_load'),
       unload: () => call('unload_model'),
       serverStart: () => call('server_start'),
       serverStop: () => call('server_stop'),
@@ -184,7 +185,8 @@ window.DS = window.DS || {};
         ch.onmessage = onProgress;
         return call('pull', { repo, onProgress: ch });
       },
-      // pushes: live gauges ('live'), server state ('server'), tab requests from the tray ('navigate')
+      // pushes: live gauges ('live'), server state ('server'), download progress of a load
+      // ('load-progress'), tab requests from the tray ('navigate')
       listen: (name, fn) => T.event.listen(name, (e) => fn(e.payload)),
     };
   }

@@ -34,7 +34,9 @@
       const i = DS.appInfo || {};
       if (!i.running) {
         stoppedServer = true;
-        serverState(i.loading ? 'busy' : 'down', i.loading ? 'loading model…' : (i.error || 'server stopped'));
+        const d = i.download;
+        const fetching = d && d.total > 0 ? 'downloading ' + Math.floor((100 * d.done) / d.total) + '%…' : 'loading model…';
+        serverState(i.loading ? 'busy' : 'down', i.loading ? fetching : (i.error || 'server stopped'));
         $('model-pill').textContent = i.loading ? 'loading ' + (i.model || '') + '…' : 'no model served';
         DS.panels.showModel(null);
         DS.currentModel = null;
@@ -97,6 +99,7 @@
     if (app) {
       DS.api.listen('live', (s) => { DS.gauges.live(s); });
       DS.api.listen('server', () => { DS.refreshSoon(); });
+      DS.api.listen('load-progress', () => { DS.refreshSoon(); });
       DS.api.listen('navigate', (tab) => showTab(tab));
     }
     await DS.refresh().catch(() => {});

@@ -150,8 +150,10 @@
     $('load-form').addEventListener('submit', async (e) => {
       e.preventDefault();
       const btn = $('load-btn');
+      const cancel = $('cancel-load-btn');
       btn.disabled = true;
       btn.textContent = 'Loading…';
+      if (DS.api.cancelLoad) cancel.hidden = false;
       try {
         const md = parseInt($('load-max-draft').value, 10);
         await DS.api.load({ model: $('load-model').value.trim() || 'demo', mode: $('load-mode').value,
@@ -162,7 +164,11 @@
       } finally {
         btn.disabled = false;
         btn.textContent = 'Load';
+        cancel.hidden = true;
       }
+    });
+    $('cancel-load-btn').addEventListener('click', async () => {
+      try { await DS.api.cancelLoad(); } catch (err) { DS.showError(err.message); }
     });
     $('unload-btn').addEventListener('click', async () => {
       try { await DS.api.unload(); await DS.refresh(); } catch (err) { DS.showError(err.message); }

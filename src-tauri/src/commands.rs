@@ -114,6 +114,12 @@ pub async fn load_model(host: State<'_, Arc<Host>>, req: LoadRequest) -> Res<Inf
     Ok(h.info())
 }
 
+/// Cancels a running load's download (what arrived is kept and resumed next time).
+#[tauri::command]
+pub fn cancel_load(host: State<'_, Arc<Host>>) -> bool {
+    host.cancel_load()
+}
+
 #[tauri::command]
 pub fn unload_model(host: State<'_, Arc<Host>>) -> Info {
     host.unload();

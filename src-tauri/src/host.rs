@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{anyhow, Context, Result};
@@ -15,7 +16,7 @@ use axum::body::Body;
 use axum::http::{header, Method, Request};
 use axum::Router;
 use dspark_engine::worker::EngineHandle;
-use dspark_hub::download::NoProgress;
+use dspark_hub::download::Progress;
 use dspark_hub::layers::Layers;
 use dspark_hub::settings::Settings;
 use dspark_server::ui::LiveStats;
@@ -74,6 +75,16 @@ pub struct Info {
     pub mode: Option<String>,
     pub error: Option<String>,
     pub settings_path: String,
+    /// Download progress while a load fetches the model (bytes of the whole snapshot).
+    pub download: Option<Download>,
+}
+
+/// Where a load's download stands.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Download {
+    pub total: u64,
+    pub done: u64,
+    pub file: String,
 }
 
 struct Loaded {
@@ -92,6 +103,7 @@ struct Inner {
     listener: Option<(SocketAddr, oneshot::Sender<()>)>,
     loading: Option<String>,
     error: Option<String>,
+    download: Option<Download>,
 }
 
 type Notify = Box<dyn Fn(&str) + Send + Sync>;
@@ -104,6 +116,8 @@ pub struct Host {
     pub settings_path: PathBuf,
     chats: Mutex<HashMap<u32, oneshot::Sender<()>>>,
     notify: Mutex<Option<Notify>>,
+    /// Set by [`Host::cancel_load`]; the running load's download stops at the next chunk.
+    cancel_load: AtomicBool,
 }
 
 impl Host {
@@ -114,6 +128,7 @@ impl Host {
             settings_path,
             chats: Mutex::default(),
             notify: Mutex::new(None),
+            cancel_load: AtomicBool::new(false),
         })
     }
 
@@ -121,15 +136,30 @@ impl Host {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Called with "server" whenever the state changes (the app forwards it as an event).
+    /// Called with "server" whenever the state changes and "load-progress" while a load
+    /// downloads (the app forwards both as events; `info().download` has the numbers).
     pub fn set_notify(&self, f: impl Fn(&str) + Send + Sync + 'static) {
         *self.notify.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(f));
     }
 
     fn changed(&self) {
+        self.emit("server");
+    }
+
+    fn emit(&self, event: &str) {
         if let Some(f) = &*self.notify.lock().unwrap_or_else(|e| e.into_inner()) {
-            f("server");
+            f(event);
         }
+    }
+
+    /// Stops the running load's download (kept on disk; the next load resumes it). False
+    /// when nothing is loading.
+    pub fn cancel_load(&self) -> bool {
+        let loading = self.lock().loading.is_some();
+        if loading {
+            self.cancel_load.store(true, Ordering::Relaxed);
+        }
+        loading
     }
 
     pub fn settings(&self) -> AppSettings {
@@ -199,11 +229,19 @@ impl Host {
     /// Loads `req` on a blocking thread, then serves it; failures are kept for `info`.
     pub async fn load(self: &Arc<Self>, req: LoadRequest) -> Result<(), ApiFailure> {
         self.lock().loading = Some(req.model.clone());
+        self.cancel_load.store(false, Ordering::Relaxed);
         self.changed();
         let r2 = req.clone();
         let path = self.settings_path.clone();
+        let me = self.clone();
         let res = tokio::task::spawn_blocking(move || {
-            crate::loader::load_engine(&path, &r2, &NoProgress)
+            let progress = LoadProgress {
+                host: me.clone(),
+                last: Mutex::new(None),
+            };
+            let r = crate::loader::load_engine(&path, &r2, &progress);
+            me.lock().download = None;
+            r
         })
         .await
         .map_err(|e| anyhow!("the loader thread failed: {e}"));
@@ -250,6 +288,7 @@ impl Host {
             mode: g.loaded.as_ref().map(|l| l.mode.clone()),
             error: g.error.clone(),
             settings_path: self.settings_path.display().to_string(),
+            download: g.download.clone(),
         }
     }
 
@@ -427,6 +466,50 @@ impl Host {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&id);
         tx.map(|tx| tx.send(()).is_ok()).unwrap_or(false)
+    }
+}
+
+/// A load's download progress, kept in the host (for `info`) and announced as
+/// "load-progress" at most every 150 ms; polled for cancellation.
+struct LoadProgress {
+    host: Arc<Host>,
+    last: Mutex<Option<std::time::Instant>>,
+}
+
+impl LoadProgress {
+    fn update(&self, force: bool, f: impl FnOnce(&mut Download)) {
+        f(self
+            .host
+            .lock()
+            .download
+            .get_or_insert_with(Download::default));
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if force || last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_millis(150)) {
+            *last = Some(std::time::Instant::now());
+            drop(last);
+            self.host.emit("load-progress");
+        }
+    }
+}
+
+impl Progress for LoadProgress {
+    fn start(&self, _files: usize, total: u64, done: u64) {
+        self.update(true, |d| {
+            d.total = total;
+            d.done = done;
+        });
+    }
+    fn file_start(&self, name: &str, _size: u64, _done: u64) {
+        self.update(true, |d| d.file = name.to_string());
+    }
+    fn advance(&self, bytes: u64) {
+        self.update(false, |d| d.done += bytes);
+    }
+    fn finish(&self) {
+        self.update(true, |_| {});
+    }
+    fn cancelled(&self) -> bool {
+        self.host.cancel_load.load(Ordering::Relaxed)
     }
 }
 

@@ -34,6 +34,7 @@ pub fn configure<R: Runtime>(builder: Builder<R>, host: Arc<Host>) -> Builder<R>
             commands::registry,
             commands::resolve_drafter,
             commands::load_model,
+            commands::cancel_load,
             commands::unload_model,
             commands::server_start,
             commands::server_stop,

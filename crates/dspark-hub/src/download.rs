@@ -29,6 +29,11 @@ pub trait Progress: Sync {
     fn advance(&self, _bytes: u64) {}
     fn file_done(&self, _name: &str) {}
     fn finish(&self) {}
+    /// Polled between chunks: `true` stops the download with [`HubError::Cancelled`]; what
+    /// arrived stays on disk and the next pull resumes from it.
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
 
 /// Progress that reports nothing.
@@ -382,6 +387,9 @@ fn fetch_blob(
             have = 0;
         }
         progress.file_start(&f.name, f.size, have);
+        if progress.cancelled() {
+            return Err(HubError::Cancelled);
+        }
         match transfer(client, url, &part, have, f.size, progress, &mut received) {
             Ok(()) => break,
             Err(e @ HubError::Network { .. }) if attempt < retries => {
@@ -439,6 +447,9 @@ fn transfer(
         out.write_all(&buf[..n]).map_err(io_err(part))?;
         *received += n as u64;
         progress.advance(n as u64);
+        if progress.cancelled() {
+            return Err(HubError::Cancelled);
+        }
     }
 }
 

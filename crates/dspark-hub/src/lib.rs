@@ -60,6 +60,8 @@ pub enum HubError {
         revision: String,
         cache: std::path::PathBuf,
     },
+    #[error("the download was cancelled (what arrived is kept; the next pull resumes it)")]
+    Cancelled,
     #[error("`{model}` cannot be loaded: {reason}")]
     Unavailable { model: String, reason: &'static str },
     #[error("{0}")]

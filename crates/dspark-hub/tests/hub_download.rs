@@ -197,3 +197,40 @@ fn unknown_repo_is_a_404_with_a_hint() {
     assert!(matches!(err, HubError::Http { status: 404, .. }), "{err}");
     assert!(err.to_string().contains("no such repo"), "{err}");
 }
+
+/// Cancels once `after` bytes have arrived; counts progress calls.
+struct CancelAfter {
+    after: u64,
+    seen: std::sync::atomic::AtomicU64,
+}
+
+impl dspark_hub::Progress for CancelAfter {
+    fn advance(&self, bytes: u64) {
+        self.seen
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+    fn cancelled(&self) -> bool {
+        self.seen.load(std::sync::atomic::Ordering::Relaxed) >= self.after
+    }
+}
+
+#[test]
+fn cancelled_pull_keeps_what_arrived_and_the_next_pull_resumes() {
+    let hub = Hub::tiny_qwen3();
+    let total: u64 = hub.files.iter().map(|f| f.bytes.len() as u64).sum();
+    let want = hub.file("model.safetensors").sha256();
+    let srv = start(hub);
+    let cache = tempfile::tempdir().unwrap();
+    let cancel = CancelAfter {
+        after: 1,
+        seen: Default::default(),
+    };
+    let err = pull(REPO, &opts(&srv.endpoint, cache.path(), 0), &cancel).unwrap_err();
+    assert!(matches!(err, HubError::Cancelled), "{err}");
+    let got = pull(REPO, &opts(&srv.endpoint, cache.path(), 0), &NoProgress).unwrap();
+    let seen = cancel.seen.into_inner();
+    assert!(seen > 0);
+    // nothing that arrived before the cancel is fetched again
+    assert_eq!(seen + got.fetched_bytes, total);
+    assert_eq!(sha256_of(&got.snapshot.join("model.safetensors")), want);
+}
