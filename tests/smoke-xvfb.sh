@@ -64,6 +64,18 @@ has "$url/" '<title>dspark</title>'
 has "$url/api/live" '"histogram"'
 say "endpoint answers: health, models, chat (x_dspark), UI, live stats"
 
+# the app starts the engine as `dspark serve` does, prefix cache on: a second turn of the
+# same conversation reuses the first turn's prompt from the cache
+py() { python3 -c "import json, sys; $1" "${@:2}"; }
+first=$(py 'print(json.loads(sys.argv[1])["choices"][0]["message"]["content"])' "$reply")
+body=$(py 'print(json.dumps({"messages": [{"role": "user", "content": "Say hello."},
+    {"role": "assistant", "content": sys.argv[1]}, {"role": "user", "content": "And now goodbye."}],
+    "max_tokens": 8}))' "$first")
+turn2=$(curl -fsS "$url/v1/chat/completions" -H 'Content-Type: application/json' -d "$body")
+cached=$(py 'print(json.loads(sys.argv[1])["usage"]["prompt_tokens_details"]["cached_tokens"])' "$turn2")
+[ "${cached:-0}" -gt 0 ] || { echo "smoke: second turn reused no cached tokens: $turn2"; exit 1; }
+say "second turn: $cached prompt tokens from the prefix cache"
+
 # the window is up and rendered the UI
 win=""
 for _ in $(seq 1 40); do
