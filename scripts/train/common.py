@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 
 import torch
 import torch.nn as nn
@@ -43,10 +44,28 @@ ROPE_THETA = 100000.0
 # ----------------------------------------------------------------------------- target
 
 def load_target(gguf_dir: str, device: str):
-    """(tokenizer, model, chat_template) from the GGUF, weights dequantized to f32."""
+    """(tokenizer, model, chat_template) from the GGUF, weights dequantized to f32. The first
+    call also saves the dequantized model and tokenizer under GGUF_DIR/hf-f32 (written to a
+    temporary folder, then renamed), which later calls load instead: transformers' GGUF reader
+    takes about 35 s per process on the H200 machine, the saved copy a few seconds."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=GGUF_NAME)
-    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=GGUF_NAME, dtype=torch.float32)
+    cache = os.path.join(gguf_dir, "hf-f32")
+    if os.path.isfile(os.path.join(cache, "config.json")):
+        tok = AutoTokenizer.from_pretrained(cache)
+        model = AutoModelForCausalLM.from_pretrained(cache, dtype=torch.float32)
+    else:
+        tok = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=GGUF_NAME)
+        model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=GGUF_NAME, dtype=torch.float32)
+        try:
+            tmp = tempfile.mkdtemp(prefix=".hf-f32-", dir=gguf_dir)
+            if hasattr(model.config, "quantization_config"):
+                del model.config.quantization_config   # the weights held are plain f32
+            model.hf_quantizer = None
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            os.rename(tmp, cache)
+        except Exception as e:  # noqa: BLE001  (another process saved it first, a read-only folder, ...)
+            print(f"hf-f32 copy not saved: {e}", flush=True)
     model = model.to(device).eval()
     for p in model.parameters():
         p.requires_grad_(False)

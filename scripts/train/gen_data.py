@@ -1,243 +1,198 @@
 #!/usr/bin/env python3
 """Training data for the SmolLM2-135M drafters: prompts, then the target's own responses.
 
-Prompt sources (MT-Bench and HumanEval are never read here: they are held out for evaluation):
-  1. self-instruct: the demo model itself writes questions/instructions from seed topics and
-     task styles written in this file (sampled, T=1.0, top-p 0.95), first line kept, deduped;
-  2. templates: the same seed topics in fixed request templates written in this file;
-  3. code: function names, signatures, one-line summaries and source of public functions in
-     registry packages installed next to torch (numpy, scipy, networkx, sympy; all BSD-3-Clause),
-     turned into "write this function" / "explain this code" requests.
-Responses: the target through its chat template (dspark's rendering), greedy for half of the
-prompts and sampled (T=0.7, top-p 0.9) for the other half, up to --max-new tokens, cut after eos.
+Prompts (scripts/train/prompt_sources.py says where each comes from and its licence):
+  1. self-instruct: the target writes user requests from 352 seed topics x 21 MT-Bench-like task
+     styles (writing, roleplay, reasoning, math, coding, extraction, STEM, humanities, general) x
+     random personas, sampled at T=1.0, top-p 0.95, cleaned and deduplicated;
+  2. templates over the same topics;
+  3. code: HumanEval-shaped completions (signature + docstring) and code requests built from
+     public functions and methods of the Python standard library and numpy/scipy/networkx/sympy;
+  4. reading / extraction tasks over passages of the stdlib's language reference text;
+  5. second turns: a follow-up request after the target's own first answer, for a share of 1/2.
+Every prompt that shares an 8-word run with MT-Bench or HumanEval (or names a HumanEval
+function) is dropped (--exclude-mtbench / --exclude-humaneval): both stay held out.
+Responses: the target through its chat template (dspark's rendering), bf16, KV-cached batched
+generation (fastgen.py): greedy for every prompt, then sampled (T=0.7 or 1.0, top-p 0.9 within
+the 256 most likely tokens) passes
+while the time budget lasts, up to --max-new tokens, cut after eos.
 
-Output: a torch file {"seqs": [[ids]], "plens": [prompt lengths], "kinds": [...], "meta": {...}}.
+Output: an .npz (tokens uint16 flat, lens, plens, modes 0 greedy / 1 sampled, kinds) + a .json.
 
-  python scripts/train/gen_data.py --gguf-dir DIR --out /tmp/w/data.pt [--budget-s 300]
+  python scripts/train/gen_data.py --gguf-dir DIR --out /tmp/w/data_u16.npz [--budget-s 300]
 """
 from __future__ import annotations
 
 import argparse
-import importlib
-import inspect
+import json
 import os
 import random
 import sys
 import time
 
+import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-
-TOPICS = """
-cooking pasta; baking bread; vegetarian recipes; coffee brewing; wine regions of France; nutrition and diet;
-marathon training; yoga; sleep hygiene; first aid; the human heart; vaccines; the immune system; genetics;
-evolution; photosynthesis; black holes; the solar system; Mars exploration; climate change; volcanoes;
-earthquakes; ocean currents; rainforests; bees and pollination; dinosaurs; quantum mechanics; relativity;
-electricity and circuits; magnets; thermodynamics; chemical reactions; the periodic table; acids and bases;
-linear algebra; calculus; probability; statistics; prime numbers; geometry; graph theory; cryptography;
-machine learning; neural networks; databases; SQL queries; operating systems; computer networks; the internet;
-web development; JavaScript; Python programming; Rust programming; C programming; algorithms and data structures;
-sorting algorithms; recursion; object-oriented design; unit testing; version control with git; cloud computing;
-cybersecurity; smartphones; electric cars; renewable energy; solar panels; nuclear power; space travel;
-the Roman Empire; ancient Egypt; the Renaissance; the French Revolution; World War II; the Cold War;
-the history of China; the Silk Road; the industrial revolution; democracy; economics; inflation; stock markets;
-personal finance; starting a small business; marketing; job interviews; writing a resume; public speaking;
-time management; leadership; negotiation; psychology; habits; memory and learning; philosophy of mind; ethics;
-Shakespeare; poetry; mystery novels; science fiction; film making; photography; painting; classical music; jazz;
-learning a language; travel in Japan; travel in Italy; hiking; camping; gardening; house plants; dogs; cats;
-birds; chess; football; basketball; the Olympics; video games; board games; architecture; city planning;
-public transport; recycling; plastic pollution; water purification; agriculture; the printing press;
-smartphones and children; social media; online privacy; artificial intelligence ethics; robotics; 3D printing;
-mathematics puzzles; logic puzzles; riddles; family relationships; friendship; wedding planning; moving house;
-home repairs; budgeting for students; climate-friendly habits; mythology; world religions; languages of India
-""".replace("\n", " ").split(";")
-TOPICS = [t.strip() for t in TOPICS if t.strip()]
-
-STYLES = [
-    "Write one question that someone might ask an AI assistant about {t}. Reply with only the question.",
-    "Write one instruction that a user could give an AI assistant about {t}. Reply with only the instruction.",
-    "Write a creative writing request (a poem, a short story, an email or a blog post) about {t}. "
-    "Reply with only the request.",
-    "Write a short math or logic word problem involving {t}. Reply with only the problem.",
-    "Write a question that asks for an explanation of one concept from {t}. Reply with only the question.",
-    "Write a request for practical advice about {t}. Reply with only the request.",
-    "Write a question that asks to compare two things related to {t}. Reply with only the question.",
-    "Write a request for a step-by-step guide about {t}. Reply with only the request.",
-    "Write a role-play request in which the user asks the assistant to act as an expert on {t}. "
-    "Reply with only the request.",
-    "Write a short paragraph about {t}, then ask for a one-sentence summary of it.",
-]
-
-TEMPLATES = [
-    "Explain {t} in simple terms.",
-    "What are the most important things to know about {t}?",
-    "Write a short poem about {t}.",
-    "Give me three tips related to {t}.",
-    "Write a persuasive paragraph about why {t} matters.",
-    "Describe {t} to a ten-year-old.",
-    "What are common misconceptions about {t}?",
-    "Write a short dialogue between two friends discussing {t}.",
-    "Summarize the history of {t} in a few sentences.",
-    "Create a quiz with three questions about {t}, with answers.",
-]
-
-CODE_PACKAGES = {
-    "numpy": ["numpy.lib._function_base_impl", "numpy.lib._shape_base_impl", "numpy.lib._arraysetops_impl",
-              "numpy.lib._nanfunctions_impl", "numpy.lib._polynomial_impl", "numpy.lib._twodim_base_impl",
-              "numpy._core.numeric", "numpy._core.fromnumeric"],
-    "scipy": ["scipy.special._basic", "scipy.stats._stats_py", "scipy.optimize._optimize",
-              "scipy.signal._signaltools", "scipy.interpolate._interpolate"],
-    "networkx": ["networkx.algorithms.shortest_paths.unweighted", "networkx.algorithms.shortest_paths.weighted",
-                 "networkx.algorithms.cycles", "networkx.algorithms.dag", "networkx.algorithms.cluster",
-                 "networkx.algorithms.components.connected", "networkx.algorithms.traversal.depth_first_search",
-                 "networkx.algorithms.traversal.breadth_first_search", "networkx.algorithms.matching",
-                 "networkx.algorithms.bipartite.basic", "networkx.generators.classic", "networkx.algorithms.tree.mst"],
-    "sympy": ["sympy.ntheory.factor_", "sympy.ntheory.primetest", "sympy.ntheory.generate",
-              "sympy.utilities.iterables", "sympy.combinatorics.permutations"],
-}
+import fastgen  # noqa: E402
+import prompt_sources as ps  # noqa: E402
 
 
-def code_prompts(rng: random.Random, limit: int) -> list[str]:
-    out = []
-    for pkg, mods in CODE_PACKAGES.items():
-        for name in mods:
-            try:
-                mod = importlib.import_module(name)
-            except Exception as e:  # noqa: BLE001  (a package version without that module)
-                print(f"  skip {name}: {e}", flush=True)
-                continue
-            for fname, fn in inspect.getmembers(mod, inspect.isfunction):
-                if fname.startswith("_") or fn.__module__ != mod.__name__:
-                    continue
-                doc = inspect.getdoc(fn) or ""
-                summary = doc.strip().split("\n")[0].strip().rstrip(".")
-                try:
-                    sig = str(inspect.signature(fn))
-                    src = inspect.getsource(fn)
-                except (TypeError, ValueError, OSError):
-                    continue
-                if summary and len(sig) < 120:
-                    s = summary[0].lower() + summary[1:]
-                    out.append(f"Write a Python function `{fname}{sig}` that does the following: {s}.")
-                    out.append(f"Implement `{fname}` in plain Python (no libraries): {s}.")
-                if len(src) < 1400:
-                    out.append(f"Explain what this Python function does:\n```python\n{src}```")
-                body = src.replace(f'"""{doc}"""', "") if doc else src
-                if doc and len(body) < 1000:
-                    out.append(f"Write a docstring for this Python function:\n```python\n{body}```")
-    rng.shuffle(out)
-    return out[:limit]
+def chat_msgs(tok, template, msgs):
+    text = tok.apply_chat_template(msgs, chat_template=template, add_generation_prompt=True, tokenize=False)
+    return tok(text, add_special_tokens=False)["input_ids"]
 
 
-def clean_instruction(text: str) -> str | None:
-    t = text.strip().strip('"').strip()
-    for pre in ("Question:", "Instruction:", "Request:", "Task:", "Problem:"):
-        if t.startswith(pre):
-            t = t[len(pre):].strip()
-    if "Write a short paragraph" in t:
-        return None
-    if len(t) < 15 or len(t) > 600:
-        return None
-    return t
+def decode(tok, ids):
+    return tok.decode([t for t in ids if t not in common.EOS_IDS], skip_special_tokens=True,
+                      clean_up_tokenization_spaces=False)
 
 
-def self_instruct(tok, model, template, rng, per_style, device, batch):
-    metas = [s.format(t=t) for t in TOPICS for s in STYLES]
-    prompts = [common.chat_ids(tok, template, m) for m in metas for _ in range(per_style)]
-    out, seen = [], set()
-    for i in range(0, len(prompts), batch):
-        gen = common.batched_generate(model, prompts[i:i + batch], 96, sample=True, temperature=1.0,
-                                      top_p=0.95, device=device)
-        for g in gen:
-            text = tok.decode([t for t in g if t not in common.EOS_IDS], skip_special_tokens=True,
-                              clean_up_tokenization_spaces=False)
-            c = clean_instruction(text)
-            if c and c not in seen:
-                seen.add(c)
-                out.append(c)
-    rng.shuffle(out)
-    return out
+def run_batches(lm, items, temps, max_new, batch, gen, deadline, label, t0, full=lambda: False):
+    """items: list of prompt ids; returns {index: new tokens} for the chunks done before deadline
+    (or before full() says the data set is complete)."""
+    order = sorted(range(len(items)), key=lambda j: len(items[j]))
+    chunks = [order[i:i + batch] for i in range(0, len(order), batch)]
+    random.Random(len(items)).shuffle(chunks)
+    res, ntok, t1 = {}, 0, time.time()
+    for ci, ch in enumerate(chunks):
+        if time.time() > deadline or full():
+            print(f"  {label}: budget reached at chunk {ci}/{len(chunks)}", flush=True)
+            break
+        out = fastgen.generate(lm, [items[j] for j in ch], [temps[j] for j in ch], max_new,
+                               common.EOS_IDS, common.PAD_ID, top_p=0.9, gen=gen)
+        for j, g in zip(ch, out):
+            res[j] = g
+            ntok += len(g)
+        print(f"  {label} chunk {ci + 1}/{len(chunks)}: {len(res)} done, {ntok} tokens, "
+              f"{ntok / (time.time() - t1):.0f} tok/s ({time.time() - t0:.0f}s)", flush=True)
+    return res
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gguf-dir", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--seed", type=int, default=20261130)
+    ap.add_argument("--seed", type=int, default=20261201)
     ap.add_argument("--max-new", type=int, default=256)
     ap.add_argument("--max-prompt", type=int, default=448)
-    ap.add_argument("--per-style", type=int, default=3, help="self-instruct samples per topic x style")
-    ap.add_argument("--code-limit", type=int, default=6000)
-    ap.add_argument("--batch", type=int, default=512)
-    ap.add_argument("--limit", type=int, default=0, help="cap on prompts (0 = all)")
+    ap.add_argument("--per-pair", type=int, default=2, help="self-instruct samples per topic x style")
+    ap.add_argument("--batch", type=int, default=3072)
+    ap.add_argument("--limit", type=int, default=0, help="cap on first-turn prompts (0 = all; smoke tests)")
     ap.add_argument("--max-topics", type=int, default=0, help="use only the first N topics (smoke tests)")
-    ap.add_argument("--budget-s", type=float, default=300.0, help="stop generating responses after this")
+    ap.add_argument("--second-turn-share", type=float, default=0.5)
+    ap.add_argument("--budget-s", type=float, default=300.0, help="time for the response passes")
+    ap.add_argument("--max-tokens", type=int, default=12_000_000, help="stop once the data holds this many")
+    ap.add_argument("--exclude-mtbench", default="")
+    ap.add_argument("--exclude-humaneval", default="")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = ap.parse_args()
 
     t0 = time.time()
     if a.max_topics:
-        del TOPICS[a.max_topics:]
+        del ps.TOPICS[a.max_topics:]
     torch.manual_seed(a.seed)
     rng = random.Random(a.seed)
-    torch.backends.cuda.matmul.allow_tf32 = True
+    gen = torch.Generator(device=a.device).manual_seed(a.seed)
     tok, model, template = common.load_target(a.gguf_dir, a.device)
+    lm = fastgen.FastLM(model, dtype=torch.bfloat16 if a.device.startswith("cuda") else torch.float32,
+                        theta=common.ROPE_THETA)
+    del model
+    excl = ps.Excluder(a.exclude_mtbench or None, a.exclude_humaneval or None)
     print(f"target loaded in {time.time() - t0:.1f}s", flush=True)
 
-    si = [] if a.per_style == 0 else self_instruct(tok, model, template, rng, a.per_style, a.device, a.batch * 2)
-    print(f"self-instruct: {len(si)} prompts ({time.time() - t0:.1f}s)", flush=True)
-    tp = [t.format(t=x) for x in TOPICS for t in TEMPLATES]
-    cp = code_prompts(rng, a.code_limit)
-    print(f"templates: {len(tp)}, code: {len(cp)}", flush=True)
-    items = [("self-instruct", p) for p in si] + [("template", p) for p in tp] + [("code", p) for p in cp]
+    # 1. self-instruct
+    metas = ps.self_instruct_metas(rng, a.per_pair)
+    if a.limit:
+        metas = metas[:a.limit]
+    mids = [common.chat_ids(tok, template, m) for _, m in metas]
+    got = run_batches(lm, mids, [1.0] * len(mids), 128, a.batch, gen, float("inf"), "self-instruct", t0)
+    seen, items = set(), []
+    for j in sorted(got):
+        c = ps.clean_instruction(decode(tok, got[j]))
+        if c and c not in seen:
+            seen.add(c)
+            items.append(("self-instruct:" + metas[j][0], c))
+    n_si = len(items)
+    # 2-4. templates, code, extraction
+    items += [("template", p) for p in ps.template_prompts()]
+    items += ps.code_prompts(rng)
+    items += [("extraction", p) for p in ps.extraction_prompts(rng, 4000)]
+    n_all = len(items)
+    items = [it for it in items if excl.ok(it[1])]
     rng.shuffle(items)
     if a.limit:
         items = items[:a.limit]
+    enc = [(k, p, common.chat_ids(tok, template, p)) for k, p in items]
+    enc = [e for e in enc if len(e[2]) <= a.max_prompt]
+    by_kind = {}
+    for k, _, _ in enc:
+        by_kind[k] = by_kind.get(k, 0) + 1
+    print(f"prompts: {n_si} self-instruct, {n_all} in all, {len(items)} after the held-out filter, "
+          f"{len(enc)} within {a.max_prompt} tokens ({time.time() - t0:.0f}s): {by_kind}", flush=True)
 
-    enc = []
-    for i, (kind, p) in enumerate(items):
-        ids = common.chat_ids(tok, template, p)
-        if len(ids) <= a.max_prompt:
-            enc.append((kind, ids, i % 2 == 1))  # odd: sampled, even: greedy
     seqs, plens, kinds, modes = [], [], [], []
     t1 = time.time()
-    # greedy on even prompts, sampled on odd ones, then more sampled passes while time is left
-    passes = [(False, 0.4), (True, 1.0)] + [(True, 1.0)] * 4
-    for pi, (sample, share) in enumerate(passes):
-        group = [e for e in enc if pi >= 2 or e[2] == sample]
-        order = sorted(range(len(group)), key=lambda j: len(group[j][1]))
-        chunks = [order[i:i + a.batch] for i in range(0, len(order), a.batch)]
-        random.Random(a.seed + pi).shuffle(chunks)
-        name = "sampled" if sample else "greedy"
-        for ci, ch in enumerate(chunks):
-            if time.time() - t1 > a.budget_s * share:
-                print(f"  budget reached: pass {pi} ({name}) chunk {ci}/{len(chunks)}", flush=True)
-                break
-            prompts = [group[j][1] for j in ch]
-            gen = common.batched_generate(model, prompts, a.max_new, sample=sample, device=a.device)
-            for j, g in zip(ch, gen):
-                seqs.append(group[j][1] + g)
-                plens.append(len(group[j][1]))
-                kinds.append(group[j][0])
-                modes.append(name)
-            print(f"  pass {pi} ({name}) chunk {ci + 1}/{len(chunks)}: {len(seqs)} seqs "
-                  f"({time.time() - t0:.0f}s)", flush=True)
-        if time.time() - t1 > a.budget_s:
+    ntok_now = [0]
+
+    def full():
+        return ntok_now[0] > a.max_tokens
+
+    def add(prompt_ids, resp, kind, mode):
+        seqs.append(prompt_ids + resp)
+        plens.append(len(prompt_ids))
+        ntok_now[0] += len(prompt_ids) + len(resp)
+        kinds.append(kind)
+        modes.append(mode)
+
+    # 5. greedy responses to every prompt
+    ids = [e[2] for e in enc]
+    g1 = run_batches(lm, ids, [0.0] * len(ids), a.max_new, a.batch, gen, t1 + 0.45 * a.budget_s, "greedy", t0)
+    for j, r in g1.items():
+        add(ids[j], r, enc[j][0], 0)
+    # 6. second turns after a share of the greedy first answers (code completions excluded)
+    cand = [j for j in g1 if enc[j][0] != "code-complete" and rng.random() < a.second_turn_share]
+    two = []
+    for j in cand:
+        msgs = [{"role": "user", "content": enc[j][1]}, {"role": "assistant", "content": decode(tok, g1[j])},
+                {"role": "user", "content": rng.choice(ps.FOLLOWUPS)}]
+        p = chat_msgs(tok, template, msgs)
+        if len(p) <= a.max_prompt:
+            two.append((enc[j][0], p))
+    g2 = run_batches(lm, [p for _, p in two], [0.0] * len(two), a.max_new, a.batch, gen,
+                     t1 + 0.6 * a.budget_s, "second turn", t0)
+    for j, r in g2.items():
+        add(two[j][1], r, two[j][0] + "+turn2", 0)
+    # 7. sampled responses while time is left
+    temps = [0.7 if j % 2 else 1.0 for j in range(len(ids))]
+    for pi in range(4):
+        if time.time() - t1 > a.budget_s or full():
             break
-    ntok = sum(len(s) - p for s, p in zip(seqs, plens))
-    meta = {"seed": a.seed, "prompts": len(enc), "seqs": len(seqs), "response_tokens": ntok,
-            "by_kind": {k: kinds.count(k) for k in set(kinds)}, "greedy": modes.count("greedy"),
-            "sampled": modes.count("sampled"), "max_new": a.max_new, "seconds": round(time.time() - t0, 1),
-            "sources": {"self-instruct": "SmolLM2-135M-Instruct generations (Apache-2.0 model)",
-                        "template": "templates and topics written in scripts/train/gen_data.py",
-                        "code": "numpy, scipy, networkx, sympy function signatures/docstrings/source "
-                                "(BSD-3-Clause)"}}
-    torch.save({"seqs": seqs, "plens": plens, "kinds": kinds, "modes": modes, "meta": meta}, a.out)
-    print("data:", meta, flush=True)
-    ex = [i for i in range(len(seqs))][:3]
-    for i in ex:
+        s = run_batches(lm, ids, temps, a.max_new, a.batch, gen, t1 + a.budget_s, f"sampled {pi}", t0, full)
+        for j, r in s.items():
+            add(ids[j], r, enc[j][0], 1)
+
+    lens = np.array([len(s) for s in seqs], dtype=np.int64)
+    keep = np.cumsum(lens) <= a.max_tokens
+    idx = [i for i in range(len(seqs)) if keep[i]]
+    ntok = int(sum(lens[i] - plens[i] for i in idx))
+    kind_names = sorted(set(kinds))
+    meta = {"seed": a.seed, "first_turn_prompts": len(enc), "second_turn_prompts": len(two), "seqs": len(idx),
+            "tokens": int(lens[keep].sum()), "response_tokens": ntok,
+            "by_kind": {k: sum(1 for i in idx if kinds[i] == k) for k in kind_names},
+            "greedy": sum(1 for i in idx if modes[i] == 0), "sampled": sum(1 for i in idx if modes[i] == 1),
+            "max_new": a.max_new, "seconds": round(time.time() - t0, 1),
+            "response_seconds": round(time.time() - t1, 1), "generation_dtype": str(lm.dtype)}
+    np.savez_compressed(a.out, tokens=np.array([t for i in idx for t in seqs[i]], dtype=np.uint16),
+                        lens=lens[keep], plens=np.array([plens[i] for i in idx]),
+                        modes=np.array([modes[i] for i in idx], dtype=np.int8),
+                        kinds=np.array([kind_names.index(kinds[i]) for i in idx], dtype=np.int16),
+                        kind_names=np.array(kind_names))
+    with open(os.path.splitext(a.out)[0] + ".json", "w") as f:
+        json.dump(meta, f, indent=1)
+    print("data:", json.dumps(meta), flush=True)
+    for i in idx[:4]:
         print("---", kinds[i], modes[i], repr(tok.decode(seqs[i][plens[i]:])[:300]), flush=True)
 
 

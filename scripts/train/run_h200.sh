@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The whole drafter pipeline on the GPU machine (no network there): data generation (skipped
-# when $W/data_u16.npz, an earlier run's data, is there), joint DFlash + DSpark training on
-# precomputed target states, held-out evaluation, loss plot. Meant to run detached (setsid) so
+# when $W/data_u16.npz, an earlier run's data, is there; gen_data.py writes it), joint DFlash +
+# DSpark training on precomputed target states, held-out evaluation, loss plot. Meant to run detached (setsid) so
 # that it outlives one command of the device tool; progress goes to $W/log, stage markers to
 # $W/{SMOKE_DONE,SMOKE_FAIL,GEN_DONE,DONE,FAIL}.
 #
 #   scripts/train/run_h200.sh W     W holds SmolLM2-135M-Instruct.Q4_1.gguf, question.jsonl,
-#                                   HumanEval.jsonl.gz (and data_u16.npz or smoke.pt)
+#                                   HumanEval.jsonl.gz (and data_u16.npz or smoke_u16.npz)
 #
-# Sizes come from the environment (defaults: the shipped run): GEN_BUDGET_S, TRAIN_BUDGET_S,
-# TRAIN_BATCH, TRAIN_ANCHORS, TRAIN_ARGS, EVAL_LIMIT, DEVICE.
+# Sizes come from the environment (defaults: the planned run on the second data set; the shipped
+# drafters' run used GEN_BUDGET_S=270 TRAIN_BUDGET_S=420 and the first gen_data.py): GEN_BUDGET_S,
+# GEN_ARGS, TRAIN_BUDGET_S, TRAIN_BATCH, TRAIN_ANCHORS, TRAIN_ARGS, EVAL_LIMIT, DEVICE.
 set -uo pipefail
 W="$1"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -26,13 +27,14 @@ if [ -f "$W/data_u16.npz" ]; then
     DATA="$W/data_u16.npz"
     stamp "data: reusing $DATA"
 else
-    DATA="$W/data.pt"
-    "$PY" "$CODE/gen_data.py" --gguf-dir "$W" --out "$DATA" --device "$DEVICE" \
-        --budget-s "${GEN_BUDGET_S:-270}" ${GEN_ARGS:-} > "$W/gen.log" 2>&1 &
+    DATA="$W/data_u16.npz"
+    "$PY" "$CODE/gen_data.py" --gguf-dir "$W" --out "$W/gen_u16.npz" --device "$DEVICE" \
+        --exclude-mtbench "$ART/question.jsonl" --exclude-humaneval "$ART/HumanEval.jsonl.gz" \
+        --budget-s "${GEN_BUDGET_S:-300}" ${GEN_ARGS:-} > "$W/gen.log" 2>&1 &
     GEN=$!
-    if [ -f "$W/smoke.pt" ]; then
+    if [ -f "$W/smoke_u16.npz" ]; then
         stamp "smoke: full-size batch on the small data set, then a 2-prompt evaluation"
-        if "$PY" "$CODE/train.py" --gguf-dir "$W" --data "$W/smoke.pt" --out "$W/smoke" --device "$DEVICE" \
+        if "$PY" "$CODE/train.py" --gguf-dir "$W" --data "$W/smoke_u16.npz" --out "$W/smoke" --device "$DEVICE" \
                 --max-steps 3 --log-every 1 --batch "${TRAIN_BATCH:-48}" --anchors "${TRAIN_ANCHORS:-64}" \
                 > "$W/smoke.log" 2>&1 \
             && "$PY" "$CODE/evaluate.py" --gguf-dir "$W" --mtbench "$ART/question.jsonl" \
@@ -49,6 +51,7 @@ else
     if ! wait $GEN; then
         stamp "data generation FAILED"; tail -30 "$W/gen.log"; touch "$W/FAIL"; exit 1
     fi
+    mv "$W/gen_u16.npz" "$DATA" && mv "$W/gen_u16.json" "$W/data_u16.json"
     stamp "data: $(grep '^data:' "$W/gen.log" | cut -c1-400)"
 fi
 touch "$W/GEN_DONE"
