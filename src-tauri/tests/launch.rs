@@ -18,6 +18,10 @@ fn models() -> PathBuf {
 
 #[test]
 fn app_loader_and_serve_build_the_same_pipeline() {
+    // the environment layer sits above the file: clear it (the only test in this binary)
+    for key in dspark_hub::layers::KEYS {
+        std::env::remove_var(format!("DSPARK_{}", key.to_uppercase()));
+    }
     let dir = std::env::temp_dir().join(format!("dspark-app-launch-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("config.toml");
