@@ -302,6 +302,24 @@ fn model_manager_commands() {
         .as_str()
         .unwrap()
         .contains("unknown mode"));
+    // nothing is loading: there is no download to cancel
+    assert_eq!(invoke(&f, "cancel_load", json!({})).unwrap(), false);
+    // the registry says which models cannot run yet, and why
+    let gemma = rows.iter().find(|r| r["id"] == "gemma-4-12b").unwrap();
+    assert!(gemma["unavailable"].as_str().unwrap().contains("Gemma 4"));
+    assert!(rows
+        .iter()
+        .any(|r| r["id"] == "qwen3-8b" && r["unavailable"].is_null()));
+    let err = invoke(
+        &f,
+        "load_model",
+        json!({"req": {"model": "gemma-4-12b", "mode": "dspark"}}),
+    )
+    .unwrap_err();
+    assert!(err["body"]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("cannot be loaded"));
     let info = invoke(&f, "unload_model", json!({})).unwrap();
     assert_eq!(info["running"], false);
     let err = invoke(&f, "api_get", json!({"path": "/v1/models"})).unwrap_err();
