@@ -221,6 +221,65 @@ fn spilled_slots_reload_across_restart_and_corrupt_files_are_ignored() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A crash in the middle of a spill leaves a partial `slot-*.tmp` (spills are written aside and
+/// renamed when flushed): the next start removes it and still reloads the whole files.
+#[test]
+fn interrupted_spill_leftovers_are_removed_at_start() {
+    let dir = tmpdir("interrupted");
+    let spill = PrefixCacheConfig {
+        max_slots: 8,
+        max_ram_bytes: 1,
+        dir: Some(dir.clone()),
+        min_reuse: 4,
+    };
+    let prompt = conversation()[0].clone();
+    let reference = gen(&mut pipeline(Mode::Draft, None), &prompt, 10);
+    gen(&mut pipeline(Mode::Draft, Some(spill.clone())), &prompt, 10);
+    let whole = walk(&dir)
+        .into_iter()
+        .find(|f| f.extension().is_some_and(|e| e == "safetensors"))
+        .unwrap();
+    let bytes = std::fs::read(&whole).unwrap();
+    let partial = whole.with_file_name("slot-0123456789abcdef.tmp");
+    std::fs::write(&partial, &bytes[..bytes.len() / 3]).unwrap();
+    let mut p = pipeline(Mode::Draft, Some(spill));
+    assert!(!partial.exists(), "the interrupted spill was not removed");
+    assert_eq!(p.prefix_cache_info().stale_files_removed, 1);
+    let r = gen(&mut p, &prompt, 10);
+    assert_eq!(r.stats.cached_tokens, prompt.len() - 1);
+    assert_eq!(r.tokens, reference.tokens);
+    assert_eq!(p.prefix_cache_info().corrupt_files, 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A spill that cannot be written (here the spill directory is a file, so nothing can be
+/// created under it; tests/e2e covers a full disk) drops the slot, is counted, and the
+/// requests still succeed with the same output.
+#[test]
+fn failed_spills_are_counted_and_requests_still_succeed() {
+    let not_a_dir = tmpdir("not-a-dir");
+    std::fs::write(&not_a_dir, b"a file where the spill directory should be").unwrap();
+    let spill = PrefixCacheConfig {
+        max_slots: 8,
+        max_ram_bytes: 1,
+        dir: Some(not_a_dir.clone()),
+        min_reuse: 4,
+    };
+    let conv = conversation();
+    let mut plain = pipeline(Mode::Draft, None);
+    let mut p = pipeline(Mode::Draft, Some(spill));
+    for prompt in &conv {
+        assert_eq!(
+            gen(&mut p, prompt, 8).tokens,
+            gen(&mut plain, prompt, 8).tokens
+        );
+    }
+    let info = p.prefix_cache_info();
+    assert!(info.spill_errors >= 1, "{info:?}");
+    assert_eq!((info.spills, info.slots_disk), (0, 0), "{info:?}");
+    let _ = std::fs::remove_file(&not_a_dir);
+}
+
 fn walk(d: &std::path::Path) -> Vec<PathBuf> {
     let mut out = vec![];
     for e in std::fs::read_dir(d).unwrap().flatten() {

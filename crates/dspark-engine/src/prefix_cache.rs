@@ -56,6 +56,10 @@ pub struct PrefixCacheInfo {
     pub spills: u64,
     pub reloads: u64,
     pub corrupt_files: u64,
+    /// spills that failed (disk full, unwritable directory): the slot was dropped instead
+    pub spill_errors: u64,
+    /// partial files of an interrupted spill (a crash mid-write) removed at start
+    pub stale_files_removed: u64,
 }
 
 enum Place<B: Backend> {
@@ -141,6 +145,18 @@ impl<B: Backend> PrefixCache<B> {
         let mut found: Vec<(PathBuf, Vec<u32>)> = Vec::new();
         for e in rd.flatten() {
             let p = e.path();
+            // a spill is written to `.tmp` and renamed when complete: a `.tmp` left behind is
+            // a write a crash interrupted
+            if p.extension().is_some_and(|x| x == "tmp")
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("slot-"))
+            {
+                tracing::warn!("prefix cache: removing interrupted spill {}", p.display());
+                if std::fs::remove_file(&p).is_ok() {
+                    self.info.stale_files_removed += 1;
+                }
+                continue;
+            }
             if p.extension().is_some_and(|x| x == "safetensors") {
                 match read_meta(&p) {
                     Some(m) if m.get("fingerprint") == Some(&self.fingerprint) => {
@@ -344,7 +360,16 @@ impl<B: Backend> PrefixCache<B> {
                 .filter(|&i| matches!(self.slots[i].place, Place::Ram { .. }))
                 .min_by_key(|&i| self.slots[i].last_used);
             let Some(lru) = lru else { break };
-            if self.dir.is_none() || self.spill(lru).is_err() {
+            let spilled = match self.dir.is_some().then(|| self.spill(lru)) {
+                Some(Ok(())) => true,
+                Some(Err(e)) => {
+                    tracing::warn!("prefix cache: spill failed, slot dropped: {e}");
+                    self.info.spill_errors += 1;
+                    false
+                }
+                None => false,
+            };
+            if !spilled {
                 self.slots.remove(lru);
             }
         }
@@ -490,9 +515,21 @@ fn write_slot(
         .map(|(n, s, data)| TensorView::new(Dtype::F32, s.clone(), data).map(|v| (n.clone(), v)))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
+    // write aside, flush to the device, then rename: a crash leaves either no file or a whole
+    // one (plus at most a `.tmp`, removed at the next start), and a failed write leaves nothing
     let tmp = path.with_extension("tmp");
-    safetensors::serialize_to_file(views, Some(meta), &tmp).map_err(|e| e.to_string())?;
-    std::fs::rename(&tmp, path).map_err(|e| e.to_string())
+    let written = safetensors::serialize_to_file(views, Some(meta), &tmp)
+        .map_err(|e| e.to_string())
+        .and_then(|()| {
+            std::fs::File::open(&tmp)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| e.to_string())
+        })
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| e.to_string()));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// The `__metadata__` of a safetensors file, reading only its header.

@@ -183,6 +183,16 @@ pub async fn handler(State(st): State<AppState>, uri: Uri, headers: HeaderMap) -
             "Prefix-cache bytes spilled to disk.",
             pc.bytes_disk.to_string(),
         ),
+        (
+            "prefix_cache_spill_errors_total",
+            "Prefix-cache spills that failed (disk full, unwritable directory); the slot was dropped.",
+            pc.spill_errors.to_string(),
+        ),
+        (
+            "prefix_cache_corrupt_files_total",
+            "Spilled prefix-cache files found corrupt or truncated and ignored.",
+            pc.corrupt_files.to_string(),
+        ),
     ] {
         let kind = if name.ends_with("_total") {
             "counter"
