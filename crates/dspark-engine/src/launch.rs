@@ -127,12 +127,10 @@ pub enum LaunchError {
     },
     #[error("{0} mode needs a drafter")]
     NoDrafter(&'static str),
-    #[error("loading {}: {source}", path.display())]
-    Load {
-        path: PathBuf,
-        #[source]
-        source: EngineError,
-    },
+    // the cause is part of the message, not a `source`: printing the error chain (`{:#}`)
+    // would otherwise repeat it
+    #[error("loading {}: {error}", path.display())]
+    Load { path: PathBuf, error: EngineError },
     #[error(transparent)]
     Engine(#[from] EngineError),
 }
@@ -267,9 +265,9 @@ pub fn load_target<B: LaunchBackend>(
     spec: &LaunchSpec,
     b: &B,
 ) -> Result<LoadedModel<B>, LaunchError> {
-    load_model(b, &spec.model, None).map_err(|source| LaunchError::Load {
+    load_model(b, &spec.model, None).map_err(|error| LaunchError::Load {
         path: spec.model.clone(),
-        source,
+        error,
     })
 }
 
@@ -290,9 +288,9 @@ pub fn finish_pipeline<B: LaunchBackend>(
                 .ok_or(LaunchError::NoDrafter(mode.as_str()))?;
             let block = policy::drafter_block(mode, spec.max_draft);
             let d = load_drafter(b, &b.draft_backend(), mode, path, &lm.model, block).map_err(
-                |source| LaunchError::Load {
+                |error| LaunchError::Load {
                     path: path.clone(),
-                    source,
+                    error,
                 },
             )?;
             Some(d)
