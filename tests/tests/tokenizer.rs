@@ -155,6 +155,7 @@ fn qwen3_through_gguf_metadata() {
         pre: Some("qwen2".into()),
         tokens,
         merges,
+        scores: vec![],
         token_types: types,
         bos_id: Some(151643),
         eos_id: Some(151645),

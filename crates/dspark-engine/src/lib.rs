@@ -22,3 +22,4 @@ pub use error::EngineError;
 pub mod chat_template;
 pub mod detok;
 pub mod tokenizer;
+mod tokenizer_spm;

@@ -63,6 +63,7 @@ impl RandomSpec {
             quantization: None,
             eos_token_ids: vec![],
             bos_token_id: None,
+            gemma: None,
         }
     }
 }

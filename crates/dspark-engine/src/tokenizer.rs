@@ -99,6 +99,8 @@ pub struct GgufTokenizerMeta {
     pub tokens: Vec<String>,
     /// Merges as "a b" strings.
     pub merges: Vec<String>,
+    /// `tokenizer.ggml.scores` (SentencePiece vocabularies; empty for byte-level BPE).
+    pub scores: Vec<f32>,
     pub token_types: Vec<i32>,
     pub bos_id: Option<u32>,
     pub eos_id: Option<u32>,
@@ -167,6 +169,15 @@ pub fn gguf_tokenizer_meta(
             })
             .collect::<Result<_, _>>()?,
     };
+    let scores = match md.get("tokenizer.ggml.scores") {
+        None => Vec::new(),
+        Some(v) => v
+            .to_vec()
+            .map_err(|e| err("tokenizer.ggml.scores", e))?
+            .iter()
+            .map(|s| s.to_f32().map_err(|e| err("tokenizer.ggml.scores", e)))
+            .collect::<Result<_, _>>()?,
+    };
     let add_bos = match md.get("tokenizer.ggml.add_bos_token") {
         Some(G::Bool(b)) => *b,
         _ => false,
@@ -176,6 +187,7 @@ pub fn gguf_tokenizer_meta(
         pre: string("tokenizer.ggml.pre")?,
         tokens: strings("tokenizer.ggml.tokens")?,
         merges: strings("tokenizer.ggml.merges")?,
+        scores,
         token_types,
         bos_id: id("tokenizer.ggml.bos_token_id")?,
         eos_id: id("tokenizer.ggml.eos_token_id")?,
@@ -366,9 +378,10 @@ impl Tokenizer {
     }
 
     /// Builds a tokenizer from GGUF tokenizer metadata. Supports the byte-level BPE
-    /// ("gpt2") model; control and user-defined tokens become added tokens.
+    /// ("gpt2") model and SentencePiece BPE ("llama" with scores, tokenizer_spm.rs); control
+    /// and user-defined tokens become added tokens.
     pub fn from_gguf(meta: &GgufTokenizerMeta) -> Result<Self, TokenizerError> {
-        if meta.model != "gpt2" {
+        if meta.model != "gpt2" && meta.model != "llama" {
             return Err(TokenizerError::UnsupportedGguf {
                 what: "model",
                 value: meta.model.clone(),
@@ -396,40 +409,26 @@ impl Tokenizer {
         let bos_id = check_id("bos", meta.bos_id)?;
         let eos_id = check_id("eos", meta.eos_id)?;
 
-        let vocab: Vocab = meta
-            .tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
-        let merges = meta
-            .merges
-            .iter()
-            .map(|m| {
-                m.split_once(' ')
-                    .map(|(a, b)| (a.to_owned(), b.to_owned()))
-                    .ok_or_else(|| TokenizerError::Gguf(format!("merge without a space: {m:?}")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .build()
-            .map_err(|e| TokenizerError::Gguf(format!("building BPE: {e}")))?;
-
-        let pre = gguf_pre_tokenizer(meta.pre.as_deref())?;
-        let mut inner = tokenizers::Tokenizer::new(bpe);
-        inner.with_pre_tokenizer(Some(pre));
-        inner.with_decoder(Some(ByteLevelDecoder::default()));
+        let mut inner = if meta.model == "llama" {
+            crate::tokenizer_spm::spm_tokenizer(meta)?
+        } else {
+            byte_level_bpe(meta)?
+        };
 
         let mut special = Vec::new();
         let mut user = Vec::new();
         for (i, tok) in meta.tokens.iter().enumerate() {
             let ty = meta.token_types.get(i).copied().unwrap_or(1);
             let is_marked = [meta.bos_id, meta.eos_id, meta.pad_id].contains(&Some(i as u32));
+            let tok = if meta.model == "llama" {
+                crate::tokenizer_spm::piece(tok)
+            } else {
+                tok.clone()
+            };
             if ty == TOKEN_TYPE_CONTROL || (is_marked && ty != TOKEN_TYPE_USER_DEFINED) {
-                special.push(AddedToken::from(tok.clone(), true).normalized(false));
+                special.push(AddedToken::from(tok, true).normalized(false));
             } else if ty == TOKEN_TYPE_USER_DEFINED {
-                user.push(AddedToken::from(tok.clone(), false).normalized(false));
+                user.push(AddedToken::from(tok, false).normalized(false));
             }
         }
         inner.add_special_tokens(&special);
@@ -570,6 +569,34 @@ impl Tokenizer {
     }
 }
 
+/// The byte-level BPE ("gpt2") model of a GGUF: its merges and pre-tokenizer.
+fn byte_level_bpe(meta: &GgufTokenizerMeta) -> Result<tokenizers::Tokenizer, TokenizerError> {
+    let vocab: Vocab = meta
+        .tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i as u32))
+        .collect();
+    let merges = meta
+        .merges
+        .iter()
+        .map(|m| {
+            m.split_once(' ')
+                .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                .ok_or_else(|| TokenizerError::Gguf(format!("merge without a space: {m:?}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .build()
+        .map_err(|e| TokenizerError::Gguf(format!("building BPE: {e}")))?;
+    let pre = gguf_pre_tokenizer(meta.pre.as_deref())?;
+    let mut inner = tokenizers::Tokenizer::new(bpe);
+    inner.with_pre_tokenizer(Some(pre));
+    inner.with_decoder(Some(ByteLevelDecoder::default()));
+    Ok(inner)
+}
+
 /// Pre-tokenizer for a GGUF `tokenizer.ggml.pre` value, as llama.cpp maps them.
 fn gguf_pre_tokenizer(pre: Option<&str>) -> Result<PreTokenizerWrapper, TokenizerError> {
     let byte_level =
@@ -668,6 +695,7 @@ mod tests {
             unk_id: Some(0),
             pad_id: Some(2),
             add_bos: false,
+            scores: vec![],
             chat_template: Some(
                 "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}".into(),
             ),

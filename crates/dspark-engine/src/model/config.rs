@@ -1,11 +1,13 @@
 //! Model configuration shared by every backend: parsed from HF `config.json` (qwen3, qwen2,
-//! llama) or from GGUF metadata, validated once, with errors that name the file and field.
+//! llama, gemma3) or from GGUF metadata, validated once, with errors that name the file and
+//! field. Gemma's extra numerics live in [`GemmaSpec`] (model/gemma.rs).
 
 use std::path::Path;
 
 use serde_json::Value;
 
 use crate::backend::{RopeSpec, RopeStyle};
+use crate::model::gemma::GemmaSpec;
 use crate::weights::gguf::{meta_f32, meta_string, meta_u32, GgufSource};
 use crate::weights::safetensors::MlxQuantConfig;
 use crate::weights::LoadError;
@@ -15,6 +17,7 @@ pub enum Arch {
     Qwen3,
     Qwen2,
     Llama,
+    Gemma3,
 }
 
 impl Arch {
@@ -23,6 +26,7 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Qwen2 => "qwen2",
             Arch::Llama => "llama",
+            Arch::Gemma3 => "gemma3",
         }
     }
 }
@@ -50,6 +54,8 @@ pub struct TransformerConfig {
     pub quantization: Option<MlxQuantConfig>,
     pub eos_token_ids: Vec<u32>,
     pub bos_token_id: Option<u32>,
+    /// Sliding windows, local RoPE, sandwich norms, GELU MLP, scaled embeddings (Gemma 3).
+    pub gemma: Option<GemmaSpec>,
 }
 
 impl TransformerConfig {
@@ -78,12 +84,26 @@ impl TransformerConfig {
     }
 
     pub fn from_json(v: &Value, path: &Path) -> Result<Self, LoadError> {
+        // multimodal Gemma 3 checkpoints nest the text model's config
+        if let Some(text) = v.get("text_config").filter(|t| t.is_object()) {
+            let mut text = text.clone();
+            if text.get("model_type").is_none() {
+                text["model_type"] = Value::from("gemma3_text");
+            }
+            if text.get("eos_token_id").is_none() {
+                if let Some(eos) = v.get("eos_token_id") {
+                    text["eos_token_id"] = eos.clone();
+                }
+            }
+            return Self::from_json(&text, path);
+        }
         let f = Fields { v, path };
         let mt = f.str("model_type")?;
         let arch = match mt.as_str() {
             "qwen3" => Arch::Qwen3,
             "qwen2" => Arch::Qwen2,
             "llama" | "mistral" => Arch::Llama,
+            "gemma3_text" | "gemma3" => Arch::Gemma3,
             _ => {
                 return Err(LoadError::UnknownArch {
                     path: path.to_path_buf(),
@@ -101,7 +121,10 @@ impl TransformerConfig {
             Some(t) => t,
             None => v
                 .get("rope_parameters")
-                .and_then(|r| r.get("rope_theta"))
+                .and_then(|r| {
+                    r.get("rope_theta")
+                        .or_else(|| r.get("full_attention")?.get("rope_theta"))
+                })
                 .and_then(Value::as_f64)
                 .unwrap_or(match arch {
                     Arch::Llama => 10_000.0,
@@ -118,12 +141,17 @@ impl TransformerConfig {
             }),
             _ => None,
         };
+        let num_layers = f.usize("num_hidden_layers")?;
+        let gemma = match arch {
+            Arch::Gemma3 => Some(GemmaSpec::from_json(v, path, num_layers)?),
+            _ => None,
+        };
         let cfg = TransformerConfig {
             arch,
             vocab_size: f.usize("vocab_size")?,
             hidden_size,
             intermediate_size: f.usize("intermediate_size")?,
-            num_layers: f.usize("num_hidden_layers")?,
+            num_layers,
             num_heads,
             num_kv_heads,
             head_dim,
@@ -134,8 +162,8 @@ impl TransformerConfig {
             tie_word_embeddings: v
                 .get("tie_word_embeddings")
                 .and_then(Value::as_bool)
-                .unwrap_or(false),
-            qk_norm: arch == Arch::Qwen3,
+                .unwrap_or(arch == Arch::Gemma3),
+            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
             qkv_bias: arch == Arch::Qwen2
                 || v.get("attention_bias").and_then(Value::as_bool) == Some(true),
             quantization,
@@ -144,6 +172,7 @@ impl TransformerConfig {
                 .get("bos_token_id")
                 .and_then(Value::as_u64)
                 .map(|x| x as u32),
+            gemma,
         };
         cfg.validate(path)?;
         Ok(cfg)
@@ -160,6 +189,7 @@ impl TransformerConfig {
             "llama" => (Arch::Llama, RopeStyle::Interleaved),
             "qwen2" => (Arch::Qwen2, RopeStyle::Half),
             "qwen3" => (Arch::Qwen3, RopeStyle::Half),
+            "gemma3" => (Arch::Gemma3, RopeStyle::Half),
             _ => {
                 return Err(LoadError::UnknownArch {
                     path: path.to_path_buf(),
@@ -189,12 +219,17 @@ impl TransformerConfig {
                 })?,
         };
         use crate::weights::WeightSource;
+        let num_layers = meta_u32(src, &k("block_count"))? as usize;
+        let gemma = match arch {
+            Arch::Gemma3 => Some(GemmaSpec::from_gguf(src, num_layers, head_dim)?),
+            _ => None,
+        };
         let cfg = TransformerConfig {
             arch,
             vocab_size,
             hidden_size,
             intermediate_size: meta_u32(src, &k("feed_forward_length"))? as usize,
-            num_layers: meta_u32(src, &k("block_count"))? as usize,
+            num_layers,
             num_heads,
             num_kv_heads,
             head_dim,
@@ -203,7 +238,7 @@ impl TransformerConfig {
             rope_style: style,
             max_position_embeddings: meta_u32(src, &k("context_length")).unwrap_or(4096) as usize,
             tie_word_embeddings: !src.contains("lm_head.weight"),
-            qk_norm: arch == Arch::Qwen3,
+            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
             qkv_bias: src.contains("model.layers.0.self_attn.q_proj.bias"),
             quantization: None,
             eos_token_ids: meta_u32(src, "tokenizer.ggml.eos_token_id")
@@ -211,6 +246,7 @@ impl TransformerConfig {
                 .into_iter()
                 .collect(),
             bos_token_id: meta_u32(src, "tokenizer.ggml.bos_token_id").ok(),
+            gemma,
         };
         cfg.validate(path)?;
         Ok(cfg)

@@ -133,6 +133,7 @@ impl DrafterConfig {
             eps: self.rms_norm_eps,
             qk_norm: true,
             qkv_bias: false,
+            gemma: None,
         }
     }
 }

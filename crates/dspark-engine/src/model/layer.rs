@@ -1,5 +1,7 @@
 //! One Llama/Qwen-style decoder layer (pre-norm attention + SwiGLU MLP), shared by the target
 //! models and the DFlash/DSpark drafters, which differ only in where keys and values come from.
+//! The Gemma form ([`GemmaLayer`]) adds sandwich norms (after attention and after the MLP), a
+//! GELU-tanh MLP, `(1 + w)` norm weights and its own attention scale.
 //! Projections that read the same input are fused at load (q/k/v for targets, gate/up always):
 //! one weight pass and one thread hand-off instead of two or three, same values per column.
 
@@ -17,6 +19,17 @@ pub struct LayerShape {
     pub eps: f32,
     pub qk_norm: bool,
     pub qkv_bias: bool,
+    /// Gemma numerics; `None` for Llama/Qwen layers.
+    pub gemma: Option<GemmaLayer>,
+}
+
+/// What a Gemma layer does differently.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GemmaLayer {
+    /// Attention-score scale (`query_pre_attn_scalar^-0.5`).
+    pub attn_scale: f32,
+    /// Added to every norm weight at load (1 for HF `(1 + w)` weights, 0 for GGUF).
+    pub norm_offset: f32,
 }
 
 /// Several projections of one input: one fused `[sum out_i, in]` weight, or apart when their
@@ -83,7 +96,11 @@ pub struct DecoderLayer<B: Backend> {
     gate_up: Proj<B>,
     down: B::Linear,
     input_norm: B::Tensor,
+    /// The MLP's input norm (`post_attention_layernorm`; Gemma: `pre_feedforward_layernorm`).
     post_norm: B::Tensor,
+    /// Gemma sandwich norms: on the attention output and on the MLP output.
+    post_attn_norm: Option<B::Tensor>,
+    post_ff_norm: Option<B::Tensor>,
 }
 
 pub(crate) fn load_err(
@@ -118,6 +135,28 @@ pub(crate) fn tensor<B: Backend>(
     b.tensor(&h).map_err(|e| load_err(src, name, e))
 }
 
+/// An RMSNorm weight with `offset` added to every element (Gemma's `1 + w`).
+pub(crate) fn norm_weight<B: Backend>(
+    b: &B,
+    src: &dyn WeightSource,
+    name: &str,
+    len: usize,
+    offset: f32,
+) -> Result<B::Tensor, LoadError> {
+    if offset == 0.0 {
+        return tensor(b, src, name, &[len]);
+    }
+    let h = src.get_shaped(name, &[len])?;
+    let vals: Vec<f32> = h
+        .to_f32()
+        .map_err(|m| LoadError::parse(src.path(), format!("tensor `{name}`: {m}")))?
+        .into_iter()
+        .map(|w| w + offset)
+        .collect();
+    b.tensor(&HostTensor::from_f32(vec![len], &vals))
+        .map_err(|e| load_err(src, name, e))
+}
+
 impl<B: Backend> DecoderLayer<B> {
     /// Loads `{prefix}.self_attn.*`, `{prefix}.mlp.*` and the two norms. `fuse_qkv` when
     /// queries, keys and values always come from the same input (targets).
@@ -130,12 +169,26 @@ impl<B: Backend> DecoderLayer<B> {
     ) -> Result<Self, LoadError> {
         let (h, qd, kd) = (s.hidden, s.heads * s.head_dim, s.kv_heads * s.head_dim);
         let n = |x: &str| format!("{prefix}.{x}");
+        let offset = s.gemma.map_or(0.0, |g| g.norm_offset);
         let opt = |name: String, len: usize, on: bool| -> Result<Option<B::Tensor>, LoadError> {
             if on {
                 tensor(b, src, &name, &[len]).map(Some)
             } else {
                 Ok(None)
             }
+        };
+        let norm = |name: String, len: usize, on: bool| -> Result<Option<B::Tensor>, LoadError> {
+            if on {
+                norm_weight(b, src, &name, len, offset).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let gemma = s.gemma.is_some();
+        let mlp_norm = if gemma {
+            "pre_feedforward_layernorm.weight"
+        } else {
+            "post_attention_layernorm.weight"
         };
         Ok(DecoderLayer {
             shape: s,
@@ -153,8 +206,8 @@ impl<B: Backend> DecoderLayer<B> {
             q_bias: opt(n("self_attn.q_proj.bias"), qd, s.qkv_bias)?,
             k_bias: opt(n("self_attn.k_proj.bias"), kd, s.qkv_bias)?,
             v_bias: opt(n("self_attn.v_proj.bias"), kd, s.qkv_bias)?,
-            q_norm: opt(n("self_attn.q_norm.weight"), s.head_dim, s.qk_norm)?,
-            k_norm: opt(n("self_attn.k_norm.weight"), s.head_dim, s.qk_norm)?,
+            q_norm: norm(n("self_attn.q_norm.weight"), s.head_dim, s.qk_norm)?,
+            k_norm: norm(n("self_attn.k_norm.weight"), s.head_dim, s.qk_norm)?,
             gate_up: Proj::load(
                 b,
                 src,
@@ -165,8 +218,10 @@ impl<B: Backend> DecoderLayer<B> {
                 true,
             )?,
             down: linear(b, src, &n("mlp.down_proj.weight"), &[h, s.intermediate])?,
-            input_norm: tensor(b, src, &n("input_layernorm.weight"), &[h])?,
-            post_norm: tensor(b, src, &n("post_attention_layernorm.weight"), &[h])?,
+            input_norm: norm_weight(b, src, &n("input_layernorm.weight"), h, offset)?,
+            post_norm: norm_weight(b, src, &n(mlp_norm), h, offset)?,
+            post_attn_norm: norm(n("post_attention_layernorm.weight"), h, gemma)?,
+            post_ff_norm: norm(n("post_feedforward_layernorm.weight"), h, gemma)?,
         })
     }
 
@@ -257,7 +312,10 @@ impl<B: Backend> DecoderLayer<B> {
         v: &B::Tensor,
         mask: AttnMask,
     ) -> BResult<B::Tensor> {
-        let scale = 1.0 / (self.shape.head_dim as f32).sqrt();
+        let scale = match self.shape.gemma {
+            Some(g) => g.attn_scale,
+            None => 1.0 / (self.shape.head_dim as f32).sqrt(),
+        };
         let o = b.attention(q, k, v, mask, scale)?;
         let dims = b.dims(&o);
         let (bs, l) = (dims[0], dims[2]);
@@ -266,7 +324,16 @@ impl<B: Backend> DecoderLayer<B> {
         b.matmul(&o, &self.o)
     }
 
-    /// Residual MLP half of the layer: `x + mlp(norm(x))`.
+    /// The attention half's residual: `x + a` (Gemma: `x + norm(a)`).
+    pub fn attn_residual(&self, b: &B, x: &B::Tensor, a: &B::Tensor) -> BResult<B::Tensor> {
+        match &self.post_attn_norm {
+            Some(w) => b.add(x, &b.rms_norm(a, w, self.shape.eps)?),
+            None => b.add(x, a),
+        }
+    }
+
+    /// Residual MLP half of the layer: `x + mlp(norm(x))` (Gemma: `x + norm(mlp(norm(x)))`
+    /// with a GELU-tanh gate).
     pub fn mlp_residual(&self, b: &B, x: &B::Tensor) -> BResult<B::Tensor> {
         let xn = b.rms_norm(x, &self.post_norm, self.shape.eps)?;
         let [g, u]: [B::Tensor; 2] = self
@@ -274,7 +341,14 @@ impl<B: Backend> DecoderLayer<B> {
             .apply(b, &xn, &[0, 1])?
             .try_into()
             .unwrap_or_else(|_| unreachable!("two outputs"));
-        let y = b.matmul(&b.swiglu(&g, &u)?, &self.down)?;
-        b.add(x, &y)
+        let act = match self.shape.gemma {
+            Some(_) => b.mul(&b.gelu_tanh(&g)?, &u)?,
+            None => b.swiglu(&g, &u)?,
+        };
+        let y = b.matmul(&act, &self.down)?;
+        match &self.post_ff_norm {
+            Some(w) => b.add(x, &b.rms_norm(&y, w, self.shape.eps)?),
+            None => b.add(x, &y),
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Models written once over the backend seam, and opening checkpoints from disk.
 
 pub mod config;
+pub mod gemma;
 pub mod kv_injection;
 pub mod layer;
 pub mod transformer;

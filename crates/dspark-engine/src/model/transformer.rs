@@ -1,11 +1,14 @@
-//! The target model: Qwen3 / Qwen2 / Llama decoder written once over the backend seam.
+//! The target model: Qwen3 / Qwen2 / Llama / Gemma 3 decoder written once over the backend
+//! seam. Gemma adds scaled embeddings, sliding-window layers with their own RoPE base and a
+//! final logit softcap (model/gemma.rs holds its config).
 //! A forward over L new tokens returns logits for every position (or only the last) and the
 //! concatenated outputs of tapped layers (layer i's output = HF `hidden_states[i + 1]`).
 
-use crate::backend::{AttnMask, BResult, Backend};
+use crate::backend::{AttnMask, BResult, Backend, RopeSpec};
 use crate::kv::KvCache;
 use crate::model::config::TransformerConfig;
-use crate::model::layer::{linear, tensor, DecoderLayer, LayerShape};
+use crate::model::gemma::GemmaSpec;
+use crate::model::layer::{linear, norm_weight, DecoderLayer, GemmaLayer, LayerShape};
 use crate::weights::{LoadError, WeightSource};
 
 /// Which positions of a forward need logits.
@@ -35,6 +38,8 @@ pub struct Transformer<B: Backend> {
     norm: B::Tensor,
     lm_head: B::Linear,
     rope: B::Rope,
+    /// Gemma's sliding layers rotate with their own base.
+    rope_local: Option<B::Rope>,
 }
 
 impl<B: Backend> Transformer<B> {
@@ -74,14 +79,30 @@ impl<B: Backend> Transformer<B> {
             eps: cfg.rms_norm_eps,
             qk_norm: cfg.qk_norm,
             qkv_bias: cfg.qkv_bias,
+            gemma: cfg.gemma.as_ref().map(|g| GemmaLayer {
+                attn_scale: g.attn_scale(),
+                norm_offset: g.norm_offset,
+            }),
         };
         let layers = (0..cfg.num_layers)
             .map(|i| DecoderLayer::load(b, src, &format!("model.layers.{i}"), shape, true))
             .collect::<Result<Vec<_>, _>>()?;
-        let norm = tensor(b, src, "model.norm.weight", &[h])?;
+        let offset = cfg.gemma.as_ref().map_or(0.0, |g| g.norm_offset);
+        let norm = norm_weight(b, src, "model.norm.weight", h, offset)?;
         let rope = b
             .rope_prepare(&cfg.rope_spec(), cfg.max_position_embeddings)
             .map_err(|e| crate::model::layer::load_err(src, "rope", e))?;
+        let rope_local = match &cfg.gemma {
+            Some(g) => {
+                let spec =
+                    RopeSpec::default_theta(g.rope_local_theta, cfg.head_dim, cfg.rope_style);
+                Some(
+                    b.rope_prepare(&spec, cfg.max_position_embeddings)
+                        .map_err(|e| crate::model::layer::load_err(src, "rope (local)", e))?,
+                )
+            }
+            None => None,
+        };
         Ok(Transformer {
             cfg,
             backend: b.clone(),
@@ -90,6 +111,7 @@ impl<B: Backend> Transformer<B> {
             norm,
             lm_head,
             rope,
+            rope_local,
         })
     }
 
@@ -101,21 +123,32 @@ impl<B: Backend> Transformer<B> {
         KvCache::new(self.cfg.num_layers, self.cfg.max_position_embeddings)
     }
 
-    /// Token embeddings `[1, L, H]` (shared with DFlash drafters).
+    /// Token embeddings `[1, L, H]` (shared with DFlash drafters); Gemma scales them by
+    /// `sqrt(hidden)`.
     pub fn embed(&self, ids: &[u32]) -> BResult<B::Tensor> {
         let b = &self.backend;
-        let Some(table) = &self.embed else {
-            return b.gather_rows(&self.lm_head, ids);
+        let x = match &self.embed {
+            None => b.gather_rows(&self.lm_head, ids)?,
+            Some(table) => {
+                let t = b.from_u32(ids, &[1, ids.len()])?;
+                b.embedding(table, &t)?
+            }
         };
-        let t = b.from_u32(ids, &[1, ids.len()])?;
-        b.embedding(table, &t)
+        match &self.cfg.gemma {
+            Some(_) => b.scale(&x, GemmaSpec::embed_scale(self.cfg.hidden_size)),
+            None => Ok(x),
+        }
     }
 
     /// Raw hidden states `[.., H]` -> logits through the final norm and the LM head.
     pub fn head(&self, h: &B::Tensor) -> BResult<B::Tensor> {
         let b = &self.backend;
         let hn = b.rms_norm(h, &self.norm, self.cfg.rms_norm_eps)?;
-        b.matmul(&hn, &self.lm_head)
+        let logits = b.matmul(&hn, &self.lm_head)?;
+        match self.cfg.gemma.as_ref().and_then(|g| g.final_logit_softcap) {
+            Some(cap) => b.softcap(&logits, cap),
+            None => Ok(logits),
+        }
     }
 
     /// Applies the LM head alone (no final norm), for drafters that norm with their own weights.
@@ -163,6 +196,21 @@ impl<B: Backend> Transformer<B> {
         })
     }
 
+    /// Layer `i`'s rotary table and mask for queries starting at `start`: Gemma's sliding
+    /// layers use the local base and see the last `sliding_window` positions.
+    fn layer_rope_mask(&self, i: usize, start: usize) -> (&B::Rope, AttnMask) {
+        match (&self.cfg.gemma, &self.rope_local) {
+            (Some(g), Some(local)) if g.sliding[i] => (
+                local,
+                AttnMask::SlidingCausal {
+                    offset: start,
+                    window: g.sliding_window,
+                },
+            ),
+            _ => (&self.rope, AttnMask::Causal { offset: start }),
+        }
+    }
+
     fn forward_chunk(
         &self,
         ids: &[u32],
@@ -182,11 +230,12 @@ impl<B: Backend> Transformer<B> {
         let mut x = self.embed(ids)?;
         let mut tapped = Vec::with_capacity(taps.len());
         for (i, layer) in self.layers.iter().enumerate() {
+            let (rope, mask) = self.layer_rope_mask(i, start);
             let xn = layer.input_norm(b, &x)?;
-            let (q, k, v) = layer.queries_keys_values(b, &xn, &self.rope, start)?;
+            let (q, k, v) = layer.queries_keys_values(b, &xn, rope, start)?;
             let (ka, va) = cache.append(b, i, &k, &v)?;
-            let a = layer.attend(b, &q, &ka, &va, AttnMask::Causal { offset: start })?;
-            let h = b.add(&x, &a)?;
+            let a = layer.attend(b, &q, &ka, &va, mask)?;
+            let h = layer.attn_residual(b, &x, &a)?;
             x = layer.mlp_residual(b, &h)?;
             if taps.contains(&i) {
                 tapped.push((i, x.clone()));

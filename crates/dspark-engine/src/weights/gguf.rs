@@ -1,7 +1,8 @@
 //! GGUF checkpoints (llama.cpp). Tensors are read as candle quantized tensors (F32, F16, Q8_0,
 //! Q4_0, Q4_1, K-quants, ...) and served under HF tensor names, so the models need no GGUF
 //! knowledge. llama-arch Q/K rows are permuted by llama.cpp's converter: the config built from
-//! GGUF metadata selects interleaved RoPE for them instead of undoing the permutation.
+//! GGUF metadata selects interleaved RoPE for them instead of undoing the permutation. Gemma's
+//! four norms per layer (sandwich) have their own GGUF names.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,8 @@ pub struct GgufSource {
     path: PathBuf,
     content: Content,
     file: Mutex<std::fs::File>,
+    /// `general.architecture` is gemma3: the sandwich norms' names apply.
+    gemma: bool,
 }
 
 impl GgufSource {
@@ -30,8 +33,13 @@ impl GgufSource {
                 None => LoadError::parse(path, e),
             }
         })?;
+        let gemma = matches!(
+            content.metadata.get("general.architecture").and_then(|v| v.to_string().ok()),
+            Some(a) if a == "gemma3"
+        );
         Ok(GgufSource {
             path: path.to_path_buf(),
+            gemma,
             content,
             file: Mutex::new(file),
         })
@@ -43,6 +51,29 @@ impl GgufSource {
 
     pub fn meta(&self, key: &str) -> Option<&Value> {
         self.content.metadata.get(key)
+    }
+
+    /// HF tensor name -> GGUF tensor name in this file (gemma3 names its norms differently).
+    pub fn gguf_name_here(&self, hf: &str) -> Option<String> {
+        if self.gemma {
+            if let Some(name) = Self::gemma_norm_name(hf) {
+                return Some(name);
+            }
+        }
+        Self::gguf_name(hf)
+    }
+
+    /// Gemma's sandwich norms: pre/post attention and pre/post feed-forward.
+    fn gemma_norm_name(hf: &str) -> Option<String> {
+        let rest = hf.strip_prefix("model.layers.")?;
+        let (layer, rest) = rest.split_once('.')?;
+        let g = match rest {
+            "post_attention_layernorm.weight" => "post_attention_norm",
+            "pre_feedforward_layernorm.weight" => "ffn_norm",
+            "post_feedforward_layernorm.weight" => "post_ffw_norm",
+            _ => return None,
+        };
+        Some(format!("blk.{layer}.{g}.weight"))
     }
 
     /// HF tensor name -> GGUF tensor name for llama-family checkpoints.
@@ -80,7 +111,8 @@ impl WeightSource for GgufSource {
     }
 
     fn contains(&self, name: &str) -> bool {
-        Self::gguf_name(name).is_some_and(|g| self.content.tensor_infos.contains_key(&g))
+        self.gguf_name_here(name)
+            .is_some_and(|g| self.content.tensor_infos.contains_key(&g))
     }
 
     fn get(&self, name: &str) -> Result<HostTensor, LoadError> {
@@ -88,7 +120,7 @@ impl WeightSource for GgufSource {
             path: self.path.clone(),
             name: name.to_string(),
         };
-        let g = Self::gguf_name(name).ok_or_else(missing)?;
+        let g = self.gguf_name_here(name).ok_or_else(missing)?;
         if !self.content.tensor_infos.contains_key(&g) {
             return Err(missing());
         }
