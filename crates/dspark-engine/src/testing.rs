@@ -206,6 +206,44 @@ pub fn random_target(spec: &RandomSpec, seed: u64) -> (TransformerConfig, Memory
     (spec.config(), src)
 }
 
+/// A random Gemma-3-shaped target: the Qwen3-shaped weights plus the feed-forward sandwich
+/// norms, with sliding-window attention of `window` on every layer but each third (the third,
+/// sixth, ... attend globally), RoPE 10k local / 1M global, a final logit softcap of 30 and HF
+/// `(1 + w)` norm weights.
+pub fn random_gemma_target(
+    spec: &RandomSpec,
+    window: usize,
+    seed: u64,
+) -> (TransformerConfig, MemorySource) {
+    let (_, mut src) = random_target(spec, seed);
+    let mut g = Gen::new(seed, "gemma-norms");
+    let h = spec.hidden;
+    // stored as w of (1 + w): small values around 0
+    let small = |g: &mut Gen| (0..h).map(|_| 0.1 * g.normal()).collect::<Vec<f32>>();
+    for l in 0..spec.layers {
+        for n in [
+            "input_layernorm",
+            "post_attention_layernorm",
+            "pre_feedforward_layernorm",
+            "post_feedforward_layernorm",
+        ] {
+            let w = small(&mut g);
+            put(&mut src, &format!("model.layers.{l}.{n}.weight"), &[h], w);
+        }
+    }
+    let mut cfg = spec.config();
+    cfg.arch = Arch::Gemma3;
+    cfg.gemma = Some(crate::model::gemma::GemmaSpec {
+        sliding_window: window,
+        sliding: (0..spec.layers).map(|i| (i + 1) % 3 != 0).collect(),
+        rope_local_theta: 10_000.0,
+        query_pre_attn_scalar: spec.head_dim as f64,
+        final_logit_softcap: Some(30.0),
+        norm_offset: 1.0,
+    });
+    (cfg, src)
+}
+
 /// `src` with every tensor perturbed by relative noise `eps` (a drafter that mostly agrees).
 pub fn perturbed(src: &MemorySource, eps: f32, seed: u64) -> MemorySource {
     let mut g = Gen::new(seed, "perturb");
