@@ -3,12 +3,16 @@
 //! window wraps inside verified blocks (blocks of up to 9 tokens, prompts of up to 30 tokens,
 //! up to 48 new tokens), and rolling back rejected drafts leaves the sliding layers exact.
 //! The window is checked to matter: the same weights with full attention give other logits.
+//! The sliding layers' bounded storage (kv.rs) is checked directly: positions are dropped,
+//! rollbacks down to `floor()` and deep prefix copies (the prefix cache's reuse) continue
+//! bit-identically to a fresh computation, and truncating below the floor starts over.
 //! Candle only (a separate binary from the MLX-run suites).
 
 use dspark_engine::backend::candle::CandleBackend;
 use dspark_engine::backend::Backend;
 use dspark_engine::drafters::draft_model::DraftModel;
 use dspark_engine::generate::{baseline, GenParams, GenResult};
+use dspark_engine::kv::{KvCache, ROLLBACK_SLACK};
 use dspark_engine::model::config::TransformerConfig;
 use dspark_engine::model::transformer::{LogitsWanted, Transformer};
 use dspark_engine::sampling::SamplingParams;
@@ -73,7 +77,7 @@ fn the_window_changes_the_logits_past_it() {
 fn draft_model_greedy_equals_baseline_across_the_window() {
     let b = CandleBackend::cpu();
     let s = spec();
-    let (mut combos, mut wrapped_blocks) = (0, 0);
+    let (mut combos, mut wrapped_blocks, mut dropped) = (0, 0, 0);
     for seed in 0..3u64 {
         let (cfg, tsrc) = random_gemma_target(&s, WINDOW, seed);
         let target = model(&b, &cfg, &tsrc);
@@ -96,9 +100,10 @@ fn draft_model_greedy_equals_baseline_across_the_window() {
                 )
                 .unwrap();
                 d.truncate(0);
+                let mut cache = target.new_cache();
                 let sp = decode::generate(
                     &target,
-                    &mut target.new_cache(),
+                    &mut cache,
                     &mut d,
                     &prompt,
                     &params(max_new),
@@ -121,6 +126,9 @@ fn draft_model_greedy_equals_baseline_across_the_window() {
                     }
                     pos += a;
                 }
+                if cache.floor() > 0 {
+                    dropped += 1;
+                }
                 combos += 1;
             }
         }
@@ -130,4 +138,81 @@ fn draft_model_greedy_equals_baseline_across_the_window() {
         wrapped_blocks > 50,
         "{wrapped_blocks} accepted blocks past the window"
     );
+    assert!(dropped > 10, "only {dropped} runs dropped old positions");
+}
+
+/// Last-position logits of `ids` fed one token at a time into `cache` from its length on.
+fn feed(
+    t: &Transformer<CandleBackend>,
+    cache: &mut KvCache<CandleBackend>,
+    ids: &[u32],
+) -> Vec<Vec<f32>> {
+    let b = t.backend();
+    ids[cache.len()..]
+        .iter()
+        .map(|&id| {
+            let out = t.forward(&[id], cache, &[], LogitsWanted::Last).unwrap();
+            b.to_f32_vec(out.logits.as_ref().unwrap()).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn rollback_and_prefix_copies_are_exact_down_to_the_floor() {
+    let b = CandleBackend::cpu();
+    let (cfg, src) = random_gemma_target(&spec(), WINDOW, 3);
+    let t = model(&b, &cfg, &src);
+    let ids: Vec<u32> = (0..200).map(|i| (i * 13 + i * i % 7) % 64).collect();
+    let mut fresh = t.new_cache();
+    let want = feed(&t, &mut fresh, &ids);
+    assert!(fresh.floor() > 0, "200 positions must drop some");
+    let held = fresh.nbytes(&b, 4);
+    let mut full = KvCache::new(cfg.num_layers, cfg.max_position_embeddings);
+    feed(&t, &mut full, &ids);
+    assert!(
+        held < full.nbytes(&b, 4) / 2,
+        "sliding layers hold {held} bytes"
+    );
+
+    // verify-sized blocks, each partly rejected (rolled back) and recomputed
+    let mut cache = t.new_cache();
+    let mut pos = 0;
+    let mut g = Gen::new(5, "rollback");
+    while pos < ids.len() {
+        let n = (1 + (g.normal().abs() * 6.0) as usize).min(ids.len() - pos);
+        let block: Vec<u32> = ids[pos..pos + n].to_vec();
+        let out = t
+            .forward(&block, &mut cache, &[], LogitsWanted::All)
+            .unwrap();
+        let rows = b.to_f32_vec(out.logits.as_ref().unwrap()).unwrap();
+        for (j, row) in rows.chunks(64).enumerate() {
+            assert_eq!(row, &want[pos + j][..], "block row at {}", pos + j);
+        }
+        let keep = (pos + n / 2).max(pos + 1);
+        assert!(
+            keep >= cache.floor(),
+            "a verify rollback stays above the floor"
+        );
+        cache.truncate(keep);
+        assert_eq!(cache.len(), keep);
+        pos = keep;
+    }
+
+    // deep prefix copies at and above the floor continue exactly; below it they are empty
+    let floor = fresh.floor();
+    for len in [floor, floor + 1, floor + ROLLBACK_SLACK / 2] {
+        let mut copy = fresh.deep_prefix(&b, len).unwrap();
+        assert_eq!(copy.len(), len);
+        assert_eq!(
+            feed(&t, &mut copy, &ids),
+            want[len..].to_vec(),
+            "copy at {len}"
+        );
+    }
+    assert_eq!(fresh.deep_prefix(&b, floor - 1).unwrap().len(), 0);
+    // truncating below the floor starts over, and a re-prefill is exact again
+    let mut c = fresh.deep_prefix(&b, ids.len()).unwrap();
+    c.truncate(floor - 1);
+    assert_eq!(c.len(), 0);
+    assert_eq!(feed(&t, &mut c, &ids), want);
 }

@@ -1,12 +1,47 @@
 //! Per-layer key/value cache with O(1) rollback. Buffers grow by doubling; `truncate` only
 //! moves the length, and the next append overwrites the stale rows.
+//!
+//! Sliding-window layers (Gemma) hold a bounded span of positions `base..len`: when the buffer
+//! is full, an append drops every position older than `window - 1 + ROLLBACK_SLACK` before its
+//! first new token. So a rollback to at most `ROLLBACK_SLACK` positions behind the start of the
+//! latest forward is exact (every key a later query can see is still held); [`KvCache::floor`]
+//! is the shortest exact length, and truncating below it clears the cache (callers re-prefill).
 
-use crate::backend::{BResult, Backend};
+use crate::backend::{BResult, Backend, BackendError};
+
+/// Positions a sliding layer keeps behind a forward's start beyond its window: the draft-model
+/// drafter rolls back up to its drafts per round (`MAX_DRAFT_MODEL_BLOCK` = 16) behind its
+/// latest forward; the verifier rolls back to the start of its forward at most.
+pub const ROLLBACK_SLACK: usize = 32;
 
 pub struct LayerKv<B: Backend> {
     k: Option<B::Tensor>,
     v: Option<B::Tensor>,
     cap: usize,
+    /// Sliding window of this layer (`None`: every position is kept).
+    window: Option<usize>,
+    /// Absolute position of buffer row 0 (non-zero only for sliding layers).
+    base: usize,
+}
+
+impl<B: Backend> LayerKv<B> {
+    fn new(window: Option<usize>) -> Self {
+        LayerKv {
+            k: None,
+            v: None,
+            cap: 0,
+            window,
+            base: 0,
+        }
+    }
+
+    /// Shortest length this layer can be truncated to exactly.
+    fn floor(&self) -> usize {
+        match self.window {
+            Some(w) if self.base > 0 => self.base + w - 1,
+            _ => 0,
+        }
+    }
 }
 
 /// Keys and values for every layer of one sequence, `[1, kv_heads, len, head_dim]` each.
@@ -18,18 +53,31 @@ pub struct KvCache<B: Backend> {
 
 impl<B: Backend> KvCache<B> {
     pub fn new(num_layers: usize, max_len: usize) -> Self {
-        let layers = (0..num_layers)
-            .map(|_| LayerKv {
-                k: None,
-                v: None,
-                cap: 0,
-            })
-            .collect();
+        Self::with_windows(&vec![None; num_layers], max_len)
+    }
+
+    /// A cache whose layer i keeps only what a sliding window of `windows[i]` needs.
+    pub fn with_windows(windows: &[Option<usize>], max_len: usize) -> Self {
         KvCache {
-            layers,
+            layers: windows.iter().map(|&w| LayerKv::new(w)).collect(),
             len: 0,
             max_len,
         }
+    }
+
+    fn windows(&self) -> Vec<Option<usize>> {
+        self.layers.iter().map(|l| l.window).collect()
+    }
+
+    /// Shortest length [`KvCache::truncate`] keeps exactly (0 while nothing was dropped).
+    pub fn floor(&self) -> usize {
+        self.layers.iter().map(LayerKv::floor).max().unwrap_or(0)
+    }
+
+    /// Absolute position of the first key [`KvCache::append`] returned for `layer`: attention
+    /// masks take query offsets relative to it.
+    pub fn layer_base(&self, layer: usize) -> usize {
+        self.layers[layer].base
     }
 
     /// Committed positions.
@@ -49,14 +97,25 @@ impl<B: Backend> KvCache<B> {
         self.layers.len()
     }
 
-    /// Rolls back to `len` positions (no-op when `len >= self.len()`). O(1).
+    /// Rolls back to `len` positions (no-op when `len >= self.len()`). O(1). Below
+    /// [`KvCache::floor`] the positions a later query would see are gone: the cache is cleared.
     pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+        if len >= self.len {
+            return;
+        }
+        if len < self.floor() {
+            self.clear();
+        } else {
+            self.len = len;
+        }
     }
 
     /// Drops everything, keeping allocations.
     pub fn clear(&mut self) {
         self.len = 0;
+        for l in &mut self.layers {
+            l.base = 0;
+        }
     }
 
     /// Marks `n` more positions as committed after every layer appended them.
@@ -75,20 +134,34 @@ impl<B: Backend> KvCache<B> {
     ) -> BResult<(B::Tensor, B::Tensor)> {
         let dims = b.dims(k);
         let (h, n, d) = (dims[1], dims[2], dims[3]);
-        let need = self.len + n;
+        let len = self.len;
         let slot = &mut self.layers[layer];
+        let need = len - slot.base + n;
         if need > slot.cap || slot.k.is_none() {
-            let mut cap = slot.cap.max(64);
-            while cap < need {
-                cap *= 2;
-            }
-            let cap = cap.min(self.max_len.max(need));
+            // a sliding layer drops what no query from `len` on (nor a rollback) can see
+            let (new_base, cap) = match slot.window {
+                Some(w) => {
+                    let keep_from = len.saturating_sub(w - 1 + ROLLBACK_SLACK).max(slot.base);
+                    let held = len - keep_from + n;
+                    let target = w - 1 + ROLLBACK_SLACK + w.max(16);
+                    (keep_from, held.max(target))
+                }
+                None => {
+                    let mut cap = slot.cap.max(64);
+                    while cap < need {
+                        cap *= 2;
+                    }
+                    (slot.base, cap.min(self.max_len.max(need)))
+                }
+            };
             let nk = b.zeros(&[1, h, cap, d])?;
             let nv = b.zeros(&[1, h, cap, d])?;
+            let kept = len - new_base;
             let (nk, nv) = match (&slot.k, &slot.v) {
-                (Some(ok), Some(ov)) if self.len > 0 => {
-                    let ok = b.narrow(ok, 2, 0, self.len)?;
-                    let ov = b.narrow(ov, 2, 0, self.len)?;
+                (Some(ok), Some(ov)) if kept > 0 => {
+                    let from = new_base - slot.base;
+                    let ok = b.narrow(ok, 2, from, kept)?;
+                    let ov = b.narrow(ov, 2, from, kept)?;
                     (
                         b.slice_update(&nk, &ok, 2, 0)?,
                         b.slice_update(&nv, &ov, 2, 0)?,
@@ -99,23 +172,27 @@ impl<B: Backend> KvCache<B> {
             slot.k = Some(nk);
             slot.v = Some(nv);
             slot.cap = cap;
+            slot.base = new_base;
         }
-        let kb = b.slice_update(slot.k.as_ref().unwrap(), k, 2, self.len)?;
-        let vb = b.slice_update(slot.v.as_ref().unwrap(), v, 2, self.len)?;
+        let at = len - slot.base;
+        let need = at + n;
+        let kb = b.slice_update(slot.k.as_ref().unwrap(), k, 2, at)?;
+        let vb = b.slice_update(slot.v.as_ref().unwrap(), v, 2, at)?;
         let out = (b.narrow(&kb, 2, 0, need)?, b.narrow(&vb, 2, 0, need)?);
         slot.k = Some(kb);
         slot.v = Some(vb);
         Ok(out)
     }
 
-    /// Views of the committed keys/values of one layer (`None` when empty).
+    /// Views of the committed keys/values of one layer, positions
+    /// [`KvCache::layer_base`]`..len` (`None` when empty).
     pub fn layer_view(&self, b: &B, layer: usize) -> BResult<Option<(B::Tensor, B::Tensor)>> {
         let slot = &self.layers[layer];
+        let held = self.len - slot.base;
         match (&slot.k, &slot.v) {
-            (Some(k), Some(v)) if self.len > 0 => Ok(Some((
-                b.narrow(k, 2, 0, self.len)?,
-                b.narrow(v, 2, 0, self.len)?,
-            ))),
+            (Some(k), Some(v)) if held > 0 => {
+                Ok(Some((b.narrow(k, 2, 0, held)?, b.narrow(v, 2, 0, held)?)))
+            }
             _ => Ok(None),
         }
     }
@@ -126,13 +203,24 @@ pub type HostLayer = (Vec<usize>, Vec<f32>, Vec<f32>);
 
 impl<B: Backend> KvCache<B> {
     /// A deep copy of the first `len` positions (independent storage, so later in-place
-    /// writes to either cache never show in the other).
+    /// writes to either cache never show in the other). Below [`KvCache::floor`] the copy is
+    /// empty (a sliding layer no longer holds what `len` would need).
     pub fn deep_prefix(&self, b: &B, len: usize) -> BResult<Self> {
         let len = len.min(self.len);
-        let mut out = KvCache::new(self.layers.len(), self.max_len);
+        let mut out = KvCache::with_windows(&self.windows(), self.max_len);
+        if len < self.floor() {
+            return Ok(out);
+        }
         for i in 0..self.layers.len() {
+            let base = self.layers[i].base;
             if let Some((k, v)) = self.layer_view(b, i)? {
-                let (k, v) = (b.narrow(&k, 2, 0, len)?, b.narrow(&v, 2, 0, len)?);
+                let held = len - base;
+                if held == 0 {
+                    continue;
+                }
+                let (k, v) = (b.narrow(&k, 2, 0, held)?, b.narrow(&v, 2, 0, held)?);
+                out.layers[i].base = base;
+                out.len = base;
                 out.append(b, i, &k, &v)?;
             }
         }
@@ -144,16 +232,25 @@ impl<B: Backend> KvCache<B> {
     pub fn nbytes(&self, b: &B, elem: usize) -> usize {
         self.layers
             .iter()
-            .filter_map(|l| l.k.as_ref())
-            .map(|k| {
+            .filter_map(|l| l.k.as_ref().map(|k| (k, self.len - l.base)))
+            .map(|(k, held)| {
                 let d = b.dims(k);
-                2 * d[1] * self.len * d[3] * elem
+                2 * d[1] * held * d[3] * elem
             })
             .sum()
     }
 
-    /// Committed positions of every layer, copied to the host.
+    /// Committed positions of every layer, copied to the host. A cache whose sliding layers
+    /// dropped positions cannot be exported (an error; the prefix cache then keeps it in RAM
+    /// or drops it).
     pub fn export(&self, b: &B) -> BResult<Vec<HostLayer>> {
+        if self.layers.iter().any(|l| l.base > 0) {
+            return Err(BackendError {
+                backend: b.name(),
+                message: "a sliding-window cache that dropped old positions cannot be spilled"
+                    .into(),
+            });
+        }
         let mut out = Vec::with_capacity(self.layers.len());
         for i in 0..self.layers.len() {
             match self.layer_view(b, i)? {

@@ -170,6 +170,7 @@ impl<B: Backend> Pipeline<B> {
         };
         let len = cache.len().min(prompt.len() + result.tokens.len());
         cache.truncate(len);
+        let len = cache.len(); // a sliding-window cache may have started over
         dstate.truncate(len);
         let mut seq = prompt.to_vec();
         seq.extend_from_slice(&result.tokens);

@@ -253,6 +253,8 @@ impl<B: Backend> PrefixCache<B> {
                     ..
                 } => {
                     target.truncate(reuse);
+                    // a sliding-window cache truncated below what it holds starts over
+                    let reuse = target.len();
                     drafter.truncate(reuse);
                     Some(Acquired {
                         target,

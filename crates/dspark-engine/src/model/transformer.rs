@@ -120,7 +120,15 @@ impl<B: Backend> Transformer<B> {
     }
 
     pub fn new_cache(&self) -> KvCache<B> {
-        KvCache::new(self.cfg.num_layers, self.cfg.max_position_embeddings)
+        let windows: Vec<Option<usize>> = match &self.cfg.gemma {
+            Some(g) => g
+                .sliding
+                .iter()
+                .map(|&s| s.then_some(g.sliding_window))
+                .collect(),
+            None => vec![None; self.cfg.num_layers],
+        };
+        KvCache::with_windows(&windows, self.cfg.max_position_embeddings)
     }
 
     /// Token embeddings `[1, L, H]` (shared with DFlash drafters); Gemma scales them by
@@ -196,18 +204,23 @@ impl<B: Backend> Transformer<B> {
         })
     }
 
-    /// Layer `i`'s rotary table and mask for queries starting at `start`: Gemma's sliding
-    /// layers use the local base and see the last `sliding_window` positions.
-    fn layer_rope_mask(&self, i: usize, start: usize) -> (&B::Rope, AttnMask) {
+    /// Layer `i`'s rotary table: Gemma's sliding layers use the local base.
+    fn layer_rope(&self, i: usize) -> &B::Rope {
         match (&self.cfg.gemma, &self.rope_local) {
-            (Some(g), Some(local)) if g.sliding[i] => (
-                local,
-                AttnMask::SlidingCausal {
-                    offset: start,
-                    window: g.sliding_window,
-                },
-            ),
-            _ => (&self.rope, AttnMask::Causal { offset: start }),
+            (Some(g), Some(local)) if g.sliding[i] => local,
+            _ => &self.rope,
+        }
+    }
+
+    /// Layer `i`'s mask for queries at key index `offset..`: Gemma's sliding layers see the
+    /// last `sliding_window` positions.
+    fn layer_mask(&self, i: usize, offset: usize) -> AttnMask {
+        match &self.cfg.gemma {
+            Some(g) if g.sliding[i] => AttnMask::SlidingCausal {
+                offset,
+                window: g.sliding_window,
+            },
+            _ => AttnMask::Causal { offset },
         }
     }
 
@@ -230,10 +243,12 @@ impl<B: Backend> Transformer<B> {
         let mut x = self.embed(ids)?;
         let mut tapped = Vec::with_capacity(taps.len());
         for (i, layer) in self.layers.iter().enumerate() {
-            let (rope, mask) = self.layer_rope_mask(i, start);
             let xn = layer.input_norm(b, &x)?;
+            let rope = self.layer_rope(i);
             let (q, k, v) = layer.queries_keys_values(b, &xn, rope, start)?;
             let (ka, va) = cache.append(b, i, &k, &v)?;
+            // the keys start at the layer's base (sliding layers drop old positions)
+            let mask = self.layer_mask(i, start - cache.layer_base(i));
             let a = layer.attend(b, &q, &ka, &va, mask)?;
             let h = layer.attn_residual(b, &x, &a)?;
             x = layer.mlp_residual(b, &h)?;

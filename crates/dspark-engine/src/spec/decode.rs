@@ -40,6 +40,8 @@ pub fn generate<B: Backend>(
         .min(drafter.len())
         .min(prompt.len().saturating_sub(1));
     cache.truncate(reuse);
+    // a sliding-window cache truncated below what it still holds starts over
+    let reuse = cache.len();
     drafter.truncate(reuse);
 
     let taps = drafter.taps().to_vec();
