@@ -240,6 +240,7 @@ pub fn random_gemma_target(
         query_pre_attn_scalar: spec.head_dim as f64,
         final_logit_softcap: Some(30.0),
         norm_offset: 1.0,
+        v4: None,
     });
     (cfg, src)
 }

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::backend::{RopeSpec, RopeStyle};
 use crate::model::gemma::GemmaSpec;
+use crate::model::gemma4::Gemma4Spec;
 use crate::weights::gguf::{meta_f32, meta_string, meta_u32, GgufSource};
 use crate::weights::safetensors::MlxQuantConfig;
 use crate::weights::LoadError;
@@ -18,6 +19,7 @@ pub enum Arch {
     Qwen2,
     Llama,
     Gemma3,
+    Gemma4,
 }
 
 impl Arch {
@@ -27,6 +29,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Llama => "llama",
             Arch::Gemma3 => "gemma3",
+            Arch::Gemma4 => "gemma4",
         }
     }
 }
@@ -88,7 +91,13 @@ impl TransformerConfig {
         if let Some(text) = v.get("text_config").filter(|t| t.is_object()) {
             let mut text = text.clone();
             if text.get("model_type").is_none() {
-                text["model_type"] = Value::from("gemma3_text");
+                let outer = v.get("model_type").and_then(Value::as_str).unwrap_or("");
+                let inner = if outer.starts_with("gemma4") {
+                    "gemma4_text"
+                } else {
+                    "gemma3_text"
+                };
+                text["model_type"] = Value::from(inner);
             }
             if text.get("eos_token_id").is_none() {
                 if let Some(eos) = v.get("eos_token_id") {
@@ -104,6 +113,7 @@ impl TransformerConfig {
             "qwen2" => Arch::Qwen2,
             "llama" | "mistral" => Arch::Llama,
             "gemma3_text" | "gemma3" => Arch::Gemma3,
+            "gemma4_text" | "gemma4" => Arch::Gemma4,
             _ => {
                 return Err(LoadError::UnknownArch {
                     path: path.to_path_buf(),
@@ -144,6 +154,16 @@ impl TransformerConfig {
         let num_layers = f.usize("num_hidden_layers")?;
         let gemma = match arch {
             Arch::Gemma3 => Some(GemmaSpec::from_json(v, path, num_layers)?),
+            Arch::Gemma4 => {
+                let mut g = GemmaSpec::from_json(v, path, num_layers)?;
+                // transformers forces the last layer to attend globally
+                if let Some(last) = g.sliding.last_mut() {
+                    *last = false;
+                }
+                g.norm_offset = 0.0;
+                g.v4 = Some(Gemma4Spec::from_json(v, path, head_dim, num_kv_heads)?);
+                Some(g)
+            }
             _ => None,
         };
         let cfg = TransformerConfig {
@@ -162,8 +182,8 @@ impl TransformerConfig {
             tie_word_embeddings: v
                 .get("tie_word_embeddings")
                 .and_then(Value::as_bool)
-                .unwrap_or(arch == Arch::Gemma3),
-            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
+                .unwrap_or(matches!(arch, Arch::Gemma3 | Arch::Gemma4)),
+            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3 | Arch::Gemma4),
             qkv_bias: arch == Arch::Qwen2
                 || v.get("attention_bias").and_then(Value::as_bool) == Some(true),
             quantization,

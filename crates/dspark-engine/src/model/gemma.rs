@@ -27,8 +27,10 @@ pub struct GemmaSpec {
     pub query_pre_attn_scalar: f64,
     pub final_logit_softcap: Option<f32>,
     /// Added to every RMSNorm weight at load: 1 for HF checkpoints (which store `w` of
-    /// `(1 + w)`), 0 for GGUF (llama.cpp's converter stored `1 + w`).
+    /// `(1 + w)`), 0 for GGUF (llama.cpp's converter stored `1 + w`) and for Gemma 4.
     pub norm_offset: f32,
+    /// Gemma 4's additions (model/gemma4.rs); `None` for Gemma 3.
+    pub v4: Option<crate::model::gemma4::Gemma4Spec>,
 }
 
 impl GemmaSpec {
@@ -37,8 +39,13 @@ impl GemmaSpec {
         (hidden as f32).sqrt()
     }
 
+    /// Attention-score scale: `query_pre_attn_scalar^-0.5` (Gemma 3), 1.0 (Gemma 4, whose
+    /// q/k norms fix the score scale).
     pub fn attn_scale(&self) -> f32 {
-        (1.0 / self.query_pre_attn_scalar.sqrt()) as f32
+        match self.v4 {
+            Some(_) => 1.0,
+            None => (1.0 / self.query_pre_attn_scalar.sqrt()) as f32,
+        }
     }
 
     pub fn from_json(v: &Value, path: &Path, num_layers: usize) -> Result<Self, LoadError> {
@@ -103,6 +110,7 @@ impl GemmaSpec {
                 .and_then(Value::as_f64)
                 .map(|c| c as f32),
             norm_offset: 1.0,
+            v4: None,
         };
         spec.validate(path)?;
         Ok(spec)
@@ -123,6 +131,7 @@ impl GemmaSpec {
             query_pre_attn_scalar: head_dim as f64,
             final_logit_softcap: meta_f32(src, "gemma3.final_logit_softcapping")?,
             norm_offset: 0.0,
+            v4: None,
         };
         if meta_f32(src, "gemma3.attn_logit_softcapping")?.is_some() {
             return Err(LoadError::InvalidField {

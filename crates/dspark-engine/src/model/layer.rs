@@ -1,7 +1,8 @@
 //! One Llama/Qwen-style decoder layer (pre-norm attention + SwiGLU MLP), shared by the target
 //! models and the DFlash/DSpark drafters, which differ only in where keys and values come from.
 //! The Gemma form ([`GemmaLayer`]) adds sandwich norms (after attention and after the MLP), a
-//! GELU-tanh MLP, `(1 + w)` norm weights and its own attention scale.
+//! GELU-tanh MLP, `(1 + w)` norm weights and its own attention scale; Gemma 4 also normalizes
+//! values (no weight), may take values from the key projection, and scales the layer output.
 //! Projections that read the same input are fused at load (q/k/v for targets, gate/up always):
 //! one weight pass and one thread hand-off instead of two or three, same values per column.
 
@@ -30,6 +31,11 @@ pub struct GemmaLayer {
     pub attn_scale: f32,
     /// Added to every norm weight at load (1 for HF `(1 + w)` weights, 0 for GGUF).
     pub norm_offset: f32,
+    /// Values are the key projection (no `v_proj`; Gemma 4 full-attention layers).
+    pub k_eq_v: bool,
+    /// Gemma 4: RMS-normalize values without a weight, and multiply the layer's output by its
+    /// stored `layer_scalar`.
+    pub v4: bool,
 }
 
 /// Several projections of one input: one fused `[sum out_i, in]` weight, or apart when their
@@ -101,6 +107,9 @@ pub struct DecoderLayer<B: Backend> {
     /// Gemma sandwich norms: on the attention output and on the MLP output.
     post_attn_norm: Option<B::Tensor>,
     post_ff_norm: Option<B::Tensor>,
+    /// Gemma 4: a ones weight for the unscaled value norm, and the output scalar.
+    v_norm: Option<B::Tensor>,
+    layer_scalar: Option<f32>,
 }
 
 pub(crate) fn load_err(
@@ -185,6 +194,31 @@ impl<B: Backend> DecoderLayer<B> {
             }
         };
         let gemma = s.gemma.is_some();
+        let k_eq_v = s.gemma.is_some_and(|g| g.k_eq_v);
+        let v4 = s.gemma.is_some_and(|g| g.v4);
+        let mut qkv_parts = vec![
+            (n("self_attn.q_proj.weight"), [qd, h]),
+            (n("self_attn.k_proj.weight"), [kd, h]),
+        ];
+        if !k_eq_v {
+            qkv_parts.push((n("self_attn.v_proj.weight"), [kd, h]));
+        }
+        let v_norm = if v4 {
+            let ones = HostTensor::from_f32(vec![s.head_dim], &vec![1.0; s.head_dim]);
+            Some(b.tensor(&ones).map_err(|e| load_err(src, "v_norm", e))?)
+        } else {
+            None
+        };
+        let layer_scalar = if v4 {
+            let name = n("layer_scalar");
+            let host = src.get_shaped(&name, &[1])?;
+            let x = host
+                .to_f32()
+                .map_err(|m| LoadError::parse(src.path(), format!("tensor `{name}`: {m}")))?;
+            Some(x[0])
+        } else {
+            None
+        };
         let mlp_norm = if gemma {
             "pre_feedforward_layernorm.weight"
         } else {
@@ -192,16 +226,7 @@ impl<B: Backend> DecoderLayer<B> {
         };
         Ok(DecoderLayer {
             shape: s,
-            qkv: Proj::load(
-                b,
-                src,
-                &[
-                    (n("self_attn.q_proj.weight"), [qd, h]),
-                    (n("self_attn.k_proj.weight"), [kd, h]),
-                    (n("self_attn.v_proj.weight"), [kd, h]),
-                ],
-                fuse_qkv,
-            )?,
+            qkv: Proj::load(b, src, &qkv_parts, fuse_qkv)?,
             o: linear(b, src, &n("self_attn.o_proj.weight"), &[h, qd])?,
             q_bias: opt(n("self_attn.q_proj.bias"), qd, s.qkv_bias)?,
             k_bias: opt(n("self_attn.k_proj.bias"), kd, s.qkv_bias)?,
@@ -222,6 +247,8 @@ impl<B: Backend> DecoderLayer<B> {
             post_norm: norm_weight(b, src, &n(mlp_norm), h, offset)?,
             post_attn_norm: norm(n("post_attention_layernorm.weight"), h, gemma)?,
             post_ff_norm: norm(n("post_feedforward_layernorm.weight"), h, gemma)?,
+            v_norm,
+            layer_scalar,
         })
     }
 
@@ -271,7 +298,7 @@ impl<B: Backend> DecoderLayer<B> {
         rope: &B::Rope,
         start: usize,
     ) -> BResult<(B::Tensor, B::Tensor, B::Tensor)> {
-        let [yq, yk, yv] = self.project(b, xn, [0, 1, 2])?;
+        let [yq, yk, yv] = self.project(b, xn, [0, 1, self.v_index()])?;
         let q = self.heads(b, yq, &self.q_bias, self.shape.heads, &self.q_norm)?;
         let (k, v) = self.finish_kv(b, yk, yv, rope, start)?;
         Ok((b.rope(&q, rope, start)?, k, v))
@@ -287,8 +314,17 @@ impl<B: Backend> DecoderLayer<B> {
     ) -> BResult<(B::Tensor, B::Tensor)> {
         let k = self.heads(b, yk, &self.k_bias, self.shape.kv_heads, &self.k_norm)?;
         let k = b.rope(&k, rope, start)?;
-        let v = self.heads(b, yv, &self.v_bias, self.shape.kv_heads, &None)?;
+        let v = self.heads(b, yv, &self.v_bias, self.shape.kv_heads, &self.v_norm)?;
         Ok((k, v))
+    }
+
+    /// Which projection gives the values: the key projection when `k_eq_v`.
+    fn v_index(&self) -> usize {
+        if self.shape.gemma.is_some_and(|g| g.k_eq_v) {
+            1
+        } else {
+            2
+        }
     }
 
     /// Keys (normed and roped at `start..`) and values of `xn [1, L, H]`.
@@ -299,7 +335,7 @@ impl<B: Backend> DecoderLayer<B> {
         rope: &B::Rope,
         start: usize,
     ) -> BResult<(B::Tensor, B::Tensor)> {
-        let [yk, yv] = self.project(b, xn, [1, 2])?;
+        let [yk, yv] = self.project(b, xn, [1, self.v_index()])?;
         self.finish_kv(b, yk, yv, rope, start)
     }
 
@@ -346,9 +382,13 @@ impl<B: Backend> DecoderLayer<B> {
             None => b.swiglu(&g, &u)?,
         };
         let y = b.matmul(&act, &self.down)?;
-        match &self.post_ff_norm {
-            Some(w) => b.add(x, &b.rms_norm(&y, w, self.shape.eps)?),
-            None => b.add(x, &y),
+        let out = match &self.post_ff_norm {
+            Some(w) => b.add(x, &b.rms_norm(&y, w, self.shape.eps)?)?,
+            None => b.add(x, &y)?,
+        };
+        match self.layer_scalar {
+            Some(s) => b.scale(&out, s),
+            None => Ok(out),
         }
     }
 }

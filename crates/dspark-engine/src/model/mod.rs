@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod gemma;
+pub mod gemma4;
 pub mod kv_injection;
 pub mod layer;
 pub mod transformer;

@@ -1,6 +1,7 @@
-//! The target model: Qwen3 / Qwen2 / Llama / Gemma 3 decoder written once over the backend
-//! seam. Gemma adds scaled embeddings, sliding-window layers with their own RoPE base and a
-//! final logit softcap (model/gemma.rs holds its config).
+//! The target model: Qwen3 / Qwen2 / Llama / Gemma 3 / Gemma 4 decoder written once over the
+//! backend seam. Gemma adds scaled embeddings, sliding-window layers with their own RoPE base
+//! and a final logit softcap (model/gemma.rs holds its config); Gemma 4's full-attention
+//! layers have their own head size, kv heads and proportional RoPE (model/gemma4.rs).
 //! A forward over L new tokens returns logits for every position (or only the last) and the
 //! concatenated outputs of tapped layers (layer i's output = HF `hidden_states[i + 1]`).
 
@@ -82,15 +83,34 @@ impl<B: Backend> Transformer<B> {
             gemma: cfg.gemma.as_ref().map(|g| GemmaLayer {
                 attn_scale: g.attn_scale(),
                 norm_offset: g.norm_offset,
+                k_eq_v: false,
+                v4: g.v4.is_some(),
             }),
         };
+        let layer_shape = |i: usize| match cfg.gemma.as_ref().map(|g| (g, &g.v4)) {
+            // Gemma 4 full-attention layers: their own head size and kv heads
+            Some((g, Some(v4))) if !g.sliding[i] => LayerShape {
+                head_dim: v4.global_head_dim,
+                kv_heads: v4.global_kv_heads,
+                gemma: shape.gemma.map(|l| GemmaLayer {
+                    k_eq_v: v4.k_eq_v,
+                    ..l
+                }),
+                ..shape
+            },
+            _ => shape,
+        };
         let layers = (0..cfg.num_layers)
-            .map(|i| DecoderLayer::load(b, src, &format!("model.layers.{i}"), shape, true))
+            .map(|i| DecoderLayer::load(b, src, &format!("model.layers.{i}"), layer_shape(i), true))
             .collect::<Result<Vec<_>, _>>()?;
         let offset = cfg.gemma.as_ref().map_or(0.0, |g| g.norm_offset);
         let norm = norm_weight(b, src, "model.norm.weight", h, offset)?;
+        let global_spec = match cfg.gemma.as_ref().and_then(|g| g.v4.as_ref()) {
+            Some(v4) => v4.global_rope(cfg.rope_theta, cfg.rope_style),
+            None => cfg.rope_spec(),
+        };
         let rope = b
-            .rope_prepare(&cfg.rope_spec(), cfg.max_position_embeddings)
+            .rope_prepare(&global_spec, cfg.max_position_embeddings)
             .map_err(|e| crate::model::layer::load_err(src, "rope", e))?;
         let rope_local = match &cfg.gemma {
             Some(g) => {
