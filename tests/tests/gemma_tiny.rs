@@ -1,5 +1,5 @@
-//! A tiny random Gemma 4 text model (tests/fixtures/tiny/gemma4, made with transformers by
-//! scripts/fixtures/make_gemma4_golden.py) against transformers' own forward: logits at every
+//! Tiny random Gemma 4 and Gemma 3 text models (tests/fixtures/tiny/gemma{4,3}, made with
+//! transformers by scripts/fixtures/make_gemma_tiny.py) against transformers' own forward: logits at every
 //! position and the outputs of layers 0 and 2 (HF `hidden_states[i + 1]`) within 1e-4 (f32),
 //! 24 greedy tokens identical on 3 prompts, and draft-model speculation equal to the baseline.
 //! The checkpoint has sliding layers (window 4) and full-attention layers with their own head
@@ -16,8 +16,8 @@ use dspark_tests::{as_u32s, fixture, golden, on_backend};
 
 const TOL: f32 = 1e-4;
 
-fn load<B: Backend>(b: &B) -> Transformer<B> {
-    let ck = open_checkpoint(&fixture("tiny/gemma4")).unwrap();
+fn load<B: Backend>(b: &B, variant: &str) -> Transformer<B> {
+    let ck = open_checkpoint(&fixture(&format!("tiny/{variant}"))).unwrap();
     Transformer::load(b, ck.cfg, ck.source.as_ref()).unwrap()
 }
 
@@ -46,8 +46,13 @@ fn tiny_gemma4_matches_transformers() {
 }
 
 fn matches<B: Backend>(b: B) {
-    let g = golden("tiny_gemma4.json");
-    let t = load(&b);
+    check_variant(&b, "gemma4");
+}
+
+fn check_variant<B: Backend>(b: &B, variant: &str) {
+    let b = b.clone();
+    let g = golden(&format!("tiny_{variant}.json"));
+    let t = load(&b, variant);
     let ids = as_u32s(&g["prompt_ids"]);
     let out = t
         .forward(&ids, &mut t.new_cache(), &[0, 2], LogitsWanted::All)
@@ -64,7 +69,7 @@ fn matches<B: Backend>(b: B) {
     let d_h0 = max_diff(&t0, &g["hidden_states"]["0"]);
     let d_h2 = max_diff(&t2, &g["hidden_states"]["2"]);
     eprintln!(
-        "tiny gemma4: max |diff| logits {d_logits:.2e}, layer 0 {d_h0:.2e}, layer 2 {d_h2:.2e}"
+        "tiny {variant}: max |diff| logits {d_logits:.2e}, layer 0 {d_h0:.2e}, layer 2 {d_h2:.2e}"
     );
     assert!(d_logits <= TOL && d_h0 <= TOL && d_h2 <= TOL);
     for run in g["greedy"].as_array().unwrap() {
@@ -79,7 +84,7 @@ fn matches<B: Backend>(b: B) {
             baseline::generate(&t, &mut t.new_cache(), &prompt, &params, &mut Vec::new()).unwrap();
         assert_eq!(base.tokens, want, "greedy for {prompt:?}");
         // the model drafting for itself: every block verified across the 4-token window
-        let mut d = DraftModel::new(load(&b), t.cfg.vocab_size, 4).unwrap();
+        let mut d = DraftModel::new(load(&b, variant), t.cfg.vocab_size, 4).unwrap();
         d.truncate(0);
         let spec = SpecParams {
             max_draft: 4,
@@ -97,4 +102,15 @@ fn matches<B: Backend>(b: B) {
         .unwrap();
         assert_eq!(sp.tokens, want, "speculative greedy for {prompt:?}");
     }
+}
+
+/// The same checks on a tiny random Gemma 3 in HF form (`(1 + w)` norm weights stored as `w`,
+/// query_pre_attn_scalar 24 instead of head_dim, sliding window 4).
+#[test]
+fn tiny_gemma3_matches_transformers() {
+    on_backend!(matches_gemma3)
+}
+
+fn matches_gemma3<B: Backend>(b: B) {
+    check_variant(&b, "gemma3");
 }
