@@ -226,6 +226,7 @@ fn check(
             top_p,
             top_k,
             seed: None,
+            ..SamplingParams::default()
         };
         let ex = exact(t, &base);
         eprintln!(

@@ -67,6 +67,7 @@ fn run_on<B: LaunchBackend>(b: B, a: GenerateArgs, spec: &LaunchSpec) -> Result<
             top_p: a.sampling.top_p,
             top_k: a.sampling.top_k,
             seed: a.sampling.seed,
+            ..SamplingParams::default()
         },
         eos: pipe.target.eos_ids(),
     };

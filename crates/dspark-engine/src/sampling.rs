@@ -1,8 +1,11 @@
 //! Token choice from one row of logits, on the host: greedy argmax, and temperature sampling
-//! with top-k-then-top-p truncation. The same truncation is applied to draft and target
-//! distributions during speculative verification.
+//! with min-p, top-k and top-p truncation. The same truncation is applied to draft and target
+//! distributions during speculative verification. Repetition, frequency and presence
+//! penalties, which depend on what came before a position, are in [`penalties`].
 
 use rand::Rng;
+
+pub mod penalties;
 
 /// Sampling settings of one request. `temperature <= 0` means greedy.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -12,6 +15,12 @@ pub struct SamplingParams {
     /// 0 = off.
     pub top_k: usize,
     pub seed: Option<u64>,
+    /// Drops tokens below `min_p` times the likeliest one's probability (0 = off).
+    pub min_p: f32,
+    /// Penalties over earlier tokens ([`penalties`]); 0, 0 and 1 are off.
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    pub repetition_penalty: f32,
 }
 
 impl Default for SamplingParams {
@@ -21,6 +30,10 @@ impl Default for SamplingParams {
             top_p: 1.0,
             top_k: 0,
             seed: None,
+            min_p: 0.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            repetition_penalty: 1.0,
         }
     }
 }
@@ -98,9 +111,14 @@ pub fn truncate(probs: &mut [f32], top_p: f32, top_k: usize) {
     }
 }
 
-/// The truncated sampling distribution of one logits row.
+/// The truncated sampling distribution of one logits row: `softmax(row / T)`, then min-p
+/// (tokens below `min_p · max p` dropped), then top-k and top-p ([`truncate`]).
 pub fn distribution(row: &[f32], params: &SamplingParams) -> Vec<f32> {
     let mut p = softmax_t(row, params.temperature);
+    if params.min_p > 0.0 {
+        let floor = params.min_p * p.iter().cloned().fold(0.0, f32::max);
+        p.iter_mut().filter(|v| **v < floor).for_each(|v| *v = 0.0);
+    }
     truncate(&mut p, params.top_p, params.top_k);
     p
 }
@@ -182,6 +200,7 @@ mod tests {
             top_p: 0.9,
             top_k: 20,
             seed: Some(7),
+            ..Default::default()
         };
         let a: Vec<u32> = {
             let mut r = rng_for(Some(7));
@@ -202,6 +221,7 @@ mod tests {
             top_p: 1.0,
             top_k: 0,
             seed: None,
+            ..Default::default()
         };
         let p = distribution(&row, &params);
         let mut r = rng_for(Some(1));

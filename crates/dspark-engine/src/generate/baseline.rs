@@ -9,7 +9,7 @@ use crate::backend::Backend;
 use crate::error::EngineError;
 use crate::kv::KvCache;
 use crate::model::transformer::{LogitsWanted, Transformer};
-use crate::sampling::{pick, rng_for};
+use crate::sampling::{penalties, pick, rng_for};
 
 /// Generates after `prompt`. `cache` may already hold a prefix of `prompt` (prefix reuse);
 /// at least one prompt token is always prefilled.
@@ -41,8 +41,9 @@ pub fn generate<B: Backend>(
 
     let t0 = Instant::now();
     let out = model.forward(&prompt[cached..], cache, &[], LogitsWanted::Last)?;
-    let row = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
+    let mut row = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
     stats.target_forwards += 1;
+    penalties::apply(&mut row, &params.sampling, prompt, &[]);
     let mut next = pick(&row, &params.sampling, &mut rng);
     stats.prefill_secs = t0.elapsed().as_secs_f64();
 
@@ -69,8 +70,9 @@ pub fn generate<B: Backend>(
                 break f;
             }
             let out = model.forward(&[next], cache, &[], LogitsWanted::Last)?;
-            let row = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
+            let mut row = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
             stats.target_forwards += 1;
+            penalties::apply(&mut row, &params.sampling, prompt, &tokens);
             next = pick(&row, &params.sampling, &mut rng);
         }
     };

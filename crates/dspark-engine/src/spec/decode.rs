@@ -14,7 +14,7 @@ use crate::generate::stopping::Budget;
 use crate::generate::{FinishReason, Flow, GenParams, GenResult, GenStats, TokenSink};
 use crate::kv::KvCache;
 use crate::model::transformer::{LogitsWanted, Transformer};
-use crate::sampling::{argmax, distribution, pick, rng_for};
+use crate::sampling::{argmax, distribution, penalties, pick, rng_for};
 
 /// Generates after `prompt` with `drafter`. `cache` (and the drafter) may already hold a
 /// prefix of the prompt; both must hold the same length.
@@ -58,7 +58,8 @@ pub fn generate<B: Backend>(
     let out = target.forward(&prompt[reuse..], cache, &taps, LogitsWanted::Last)?;
     stats.target_forwards += 1;
     drafter.prefill(&prompt[reuse..], reuse, out.taps.as_ref())?;
-    let row = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
+    let mut row = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
+    penalties::apply(&mut row, &params.sampling, prompt, &[]);
     let mut pending = pick(&row, &params.sampling, &mut rng);
     stats.prefill_secs = t0.elapsed().as_secs_f64();
 
@@ -103,8 +104,17 @@ pub fn generate<B: Backend>(
             fed.extend_from_slice(&drafts);
             let out = target.forward(&fed, cache, &taps, LogitsWanted::All)?;
             stats.target_forwards += 1;
-            let logits = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
+            let mut logits = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
             let v = target.cfg.vocab_size;
+            if penalties::active(&params.sampling) {
+                // row j follows the emitted tokens and drafts 1..j: what the baseline would
+                // have seen there had those drafts been its own tokens
+                let mut seen = tokens.clone();
+                for (j, r) in logits.chunks_exact_mut(v).enumerate() {
+                    penalties::apply(r, &params.sampling, prompt, &seen);
+                    seen.extend(drafts.get(j));
+                }
+            }
             let rows: Vec<&[f32]> = logits.chunks_exact(v).collect();
             let outcome = if params.sampling.is_greedy() {
                 let am: Vec<u32> = rows.iter().map(|r| argmax(r)).collect();

@@ -218,7 +218,21 @@ pub fn validate(o: &Map<String, Json>, kind: Kind, limits: &Limits) -> VResult<V
         top_p,
         top_k,
         seed,
+        min_p: opt_f32(o, "min_p", 0.0, 1.0, "between 0 and 1")?.unwrap_or(0.0),
+        presence_penalty: opt_f32(o, "presence_penalty", -2.0, 2.0, "between -2 and 2")?
+            .unwrap_or(0.0),
+        frequency_penalty: opt_f32(o, "frequency_penalty", -2.0, 2.0, "between -2 and 2")?
+            .unwrap_or(0.0),
+        repetition_penalty: opt_f32(
+            o,
+            "repetition_penalty",
+            f64::MIN_POSITIVE,
+            10.0,
+            "in (0, 10]",
+        )?
+        .unwrap_or(1.0),
     };
+    reject_unsupported(o)?;
     let (prompt, tools) = match kind {
         Kind::Chat => chat::chat_prompt(o, limits)?,
         Kind::Completion => (Prompt::Text(completion_prompt(o)?), ToolMode::Off),
@@ -234,6 +248,56 @@ pub fn validate(o: &Map<String, Json>, kind: Kind, limits: &Limits) -> VResult<V
         include_usage,
         tools,
     })
+}
+
+/// Fields we cannot honour yet fail loudly instead of being ignored: a client that asks for
+/// JSON or log-probabilities must not get free text and believe otherwise. Their neutral
+/// values (what SDKs send by default) pass.
+fn reject_unsupported(o: &Map<String, Json>) -> VResult<()> {
+    let unsupported = |param: &str, msg: &'static str| ValidationError::Unsupported {
+        param: param.into(),
+        msg,
+    };
+    match field(o, "logit_bias") {
+        None | Some(Json::Null) => {}
+        Some(Json::Object(m)) if m.is_empty() => {}
+        Some(Json::Object(_)) => {
+            return Err(unsupported("logit_bias", "is not supported yet"));
+        }
+        Some(_) => return Err(ty("logit_bias", "an object")),
+    }
+    match field(o, "logprobs") {
+        None | Some(Json::Null) | Some(Json::Bool(false)) => {}
+        // completions' `logprobs` is a count; chat's a boolean
+        Some(Json::Number(n)) if n.as_u64() == Some(0) => {}
+        Some(Json::Bool(true)) | Some(Json::Number(_)) => {
+            return Err(unsupported("logprobs", "is not supported yet"));
+        }
+        Some(_) => return Err(ty("logprobs", "a boolean")),
+    }
+    if opt_uint(o, "top_logprobs")?.is_some_and(|n| n > 0) {
+        return Err(unsupported("top_logprobs", "is not supported yet"));
+    }
+    match field(o, "response_format") {
+        None | Some(Json::Null) => {}
+        Some(Json::Object(f)) => match f.get("type").and_then(Json::as_str) {
+            Some("text") => {}
+            Some("json_object") | Some("json_schema") => {
+                return Err(unsupported(
+                    "response_format",
+                    "structured output (JSON mode) is not supported yet; without it the reply would be free text",
+                ));
+            }
+            _ => {
+                return Err(ty(
+                    "response_format.type",
+                    "\"text\", \"json_object\" or \"json_schema\"",
+                ))
+            }
+        },
+        Some(_) => return Err(ty("response_format", "an object")),
+    }
+    Ok(())
 }
 
 fn parse_stop(o: &Map<String, Json>, limits: &Limits) -> VResult<Vec<String>> {
@@ -375,6 +439,73 @@ mod tests {
         for (body, param, code) in cases {
             assert_eq!(err_param(body.clone()), (param.to_owned(), code), "{body}");
         }
+    }
+
+    #[test]
+    fn penalties_and_min_p_are_parsed_and_bounded() {
+        let m = json!([{"role": "user", "content": "hi"}]);
+        let r = check(
+            json!({"messages": m, "presence_penalty": 0.5, "frequency_penalty": -1,
+                   "repetition_penalty": 1.2, "min_p": 0.05}),
+            Kind::Chat,
+        )
+        .unwrap();
+        let s = r.sampling;
+        assert_eq!(
+            (
+                s.presence_penalty,
+                s.frequency_penalty,
+                s.repetition_penalty,
+                s.min_p
+            ),
+            (0.5, -1.0, 1.2, 0.05)
+        );
+        let d = check(json!({"messages": m}), Kind::Chat).unwrap().sampling;
+        assert_eq!(
+            (d.presence_penalty, d.repetition_penalty, d.min_p),
+            (0.0, 1.0, 0.0)
+        );
+        for (k, v) in [
+            ("presence_penalty", json!(2.5)),
+            ("frequency_penalty", json!(-3)),
+            ("repetition_penalty", json!(0)),
+            ("min_p", json!(1.5)),
+        ] {
+            let mut b = json!({"messages": m});
+            b[k] = v;
+            assert_eq!(err_param(b), (k.to_owned(), "invalid_value"));
+        }
+    }
+
+    #[test]
+    fn fields_we_cannot_honour_are_refused_not_ignored() {
+        let m = json!([{"role": "user", "content": "hi"}]);
+        for (k, v) in [
+            ("logit_bias", json!({"42": 5})),
+            ("logprobs", json!(true)),
+            ("top_logprobs", json!(3)),
+            ("response_format", json!({"type": "json_object"})),
+            (
+                "response_format",
+                json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+            ),
+        ] {
+            let mut b = json!({"messages": m});
+            b[k] = v;
+            assert_eq!(err_param(b), (k.to_owned(), "unsupported_parameter"));
+        }
+        // the neutral values SDKs send by default pass
+        check(
+            json!({"messages": m, "logit_bias": {}, "logprobs": false, "top_logprobs": 0,
+                   "response_format": {"type": "text"}}),
+            Kind::Chat,
+        )
+        .unwrap();
+        check(json!({"prompt": "a", "logprobs": 0}), Kind::Completion).unwrap();
+        assert_eq!(
+            err_param(json!({"messages": m, "response_format": {"type": "yaml"}})),
+            ("response_format.type".to_owned(), "invalid_type")
+        );
     }
 
     #[test]
