@@ -127,3 +127,11 @@ fn matches_reference<B: Backend>(b: B) {
     }
     eprintln!("gemma3 270m: worst logit diff {worst:.4} (tolerance {LOGIT_TOL})");
 }
+
+#[test]
+fn parameter_count_of_the_real_config() {
+    // Gemma 3 270M: 268.1 M parameters (a 167.8 M tied embedding + 18 layers of 5.57 M)
+    let ck = dspark_engine::model::open_checkpoint(&artefact(GGUF)).unwrap();
+    let n = ck.cfg.num_params() as f64 / 1e6;
+    assert!((268.0..268.2).contains(&n), "{n}");
+}

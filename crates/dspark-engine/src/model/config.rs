@@ -66,13 +66,31 @@ impl TransformerConfig {
         RopeSpec::default_theta(self.rope_theta, self.head_dim, self.rope_style)
     }
 
-    /// Parameter count of the weights (embedding and head included).
+    /// Parameter count of the weights (embedding and head included; Gemma's sandwich norms and
+    /// Gemma 4's full-attention layer shapes counted).
     pub fn num_params(&self) -> usize {
         let (h, i, v) = (self.hidden_size, self.intermediate_size, self.vocab_size);
-        let attn = h * self.head_dim * (2 * self.num_heads + 2 * self.num_kv_heads);
-        let per_layer = attn + 3 * h * i + 2 * h;
+        let attn =
+            |d: usize, kv: usize, kv_proj: usize| h * d * (2 * self.num_heads + kv_proj * kv);
+        let norms = if self.gemma.is_some() { 4 * h } else { 2 * h };
+        let layers: usize = (0..self.num_layers)
+            .map(|l| {
+                let a = match &self.gemma {
+                    Some(g) if !g.sliding[l] && g.v4.is_some() => {
+                        let v4 = g.v4.as_ref().expect("checked");
+                        attn(
+                            v4.global_head_dim,
+                            v4.global_kv_heads,
+                            if v4.k_eq_v { 1 } else { 2 },
+                        )
+                    }
+                    _ => attn(self.head_dim, self.num_kv_heads, 2),
+                };
+                a + 3 * h * i + norms
+            })
+            .sum();
         let head = if self.tie_word_embeddings { 0 } else { v * h };
-        v * h + head + self.num_layers * per_layer + h
+        v * h + head + layers + h
     }
 
     /// KV-cache bytes per token at `bytes_per_elem`.
