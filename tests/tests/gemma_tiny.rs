@@ -114,3 +114,51 @@ fn tiny_gemma3_matches_transformers() {
 fn matches_gemma3<B: Backend>(b: B) {
     check_variant(&b, "gemma3");
 }
+
+/// The tiny Gemma 4 rewritten as a multimodal checkpoint (HF `Gemma4ForConditionalGeneration`
+/// layout: config under `text_config`, weights under `model.language_model.`) loads the same
+/// model: identical logits.
+#[test]
+fn nested_multimodal_layout_loads_the_same_text_model() {
+    let b = dspark_engine::backend::candle::CandleBackend::cpu();
+    let dir = std::env::temp_dir().join(format!("dspark-gemma4-nested-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = fixture("tiny/gemma4");
+    let text: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    let outer = serde_json::json!({"model_type": "gemma4", "text_config": text});
+    std::fs::write(dir.join("config.json"), outer.to_string()).unwrap();
+    // safetensors: u64 header length, JSON header (names -> offsets), data: rename in the header
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let renamed: serde_json::Map<String, serde_json::Value> = header
+        .into_iter()
+        .map(|(k, v)| match k.strip_prefix("model.") {
+            Some(rest) => (format!("model.language_model.{rest}"), v),
+            None => (k, v),
+        })
+        .collect();
+    let mut h = serde_json::to_vec(&renamed).unwrap();
+    while !h.len().is_multiple_of(8) {
+        h.push(b' ');
+    }
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&h);
+    out.extend_from_slice(&bytes[8 + n..]);
+    std::fs::write(dir.join("model.safetensors"), out).unwrap();
+
+    let logits = |t: &Transformer<_>| {
+        let ids = [12u32, 100, 200, 300, 400, 13];
+        let o = t
+            .forward(&ids, &mut t.new_cache(), &[], LogitsWanted::All)
+            .unwrap();
+        b.to_f32_vec(o.logits.as_ref().unwrap()).unwrap()
+    };
+    let ck = open_checkpoint(&dir).unwrap();
+    assert_eq!(ck.cfg.arch.name(), "gemma4");
+    let nested = Transformer::load(&b, ck.cfg, ck.source.as_ref()).unwrap();
+    assert_eq!(logits(&nested), logits(&load(&b, "gemma4")));
+    std::fs::remove_dir_all(&dir).ok();
+}

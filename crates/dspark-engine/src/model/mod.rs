@@ -79,7 +79,8 @@ pub fn open_checkpoint(path: &Path) -> Result<Checkpoint, LoadError> {
     let src = SafetensorsSource::open_dir(path, cfg.quantization)?;
     Ok(Checkpoint {
         cfg,
-        source: Box::new(src),
+        // a multimodal checkpoint's text model is served under plain names
+        source: crate::weights::nested::nest(src),
         gguf_tokenizer: None,
     })
 }

@@ -5,6 +5,7 @@
 pub mod gguf;
 pub mod gguf_scan;
 pub mod mlx_quant;
+pub mod nested;
 pub mod safetensors;
 
 use std::path::{Path, PathBuf};
