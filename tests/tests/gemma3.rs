@@ -60,7 +60,12 @@ fn gemma3_270m_matches_transformers_gguf_reference() {
 fn matches_reference<B: Backend>(b: B) {
     let g = golden("gemma3_270m.json");
     let lm = load_model(&b, &artefact(GGUF), None).unwrap();
-    assert!(lm.eos_ids().contains(&1), "eos set {:?}", lm.eos_ids());
+    // <eos> and <end_of_turn>
+    assert!(
+        lm.eos_ids().contains(&1) && lm.eos_ids().contains(&106),
+        "eos set {:?}",
+        lm.eos_ids()
+    );
     let step = g["strided_ids"]["step"].as_u64().unwrap() as usize;
     let mut worst = 0f32;
     for run in g["runs"].as_array().unwrap() {

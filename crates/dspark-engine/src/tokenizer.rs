@@ -18,13 +18,15 @@ use tokenizers::{AddedToken, SplitDelimiterBehavior};
 
 use crate::chat_template::{ChatTemplate, TemplateError};
 
-/// Token strings that end generation for common chat models, when the vocab has them.
-const EOS_CANDIDATES: [&str; 5] = [
+/// Token strings that end generation for common chat models, when the vocab has them
+/// (Gemma 4 ends tool-call turns with `<|tool_response>`).
+const EOS_CANDIDATES: [&str; 6] = [
     "<|im_end|>",
     "<|endoftext|>",
     "<end_of_turn>",
     "<eos>",
     "<turn|>",
+    "<|tool_response>",
 ];
 
 /// Qwen2/Qwen3 split: single digits, letters with one leading non-letter.
@@ -671,6 +673,30 @@ mod tests {
                 char::from_u32(c).unwrap().to_string()
             })
             .collect()
+    }
+
+    #[test]
+    fn gemma_end_of_turn_tokens_join_the_eos_set() {
+        let tokens: Vec<String> = [
+            "<pad>",
+            "<eos>",
+            "<turn|>",
+            "<|tool_response>",
+            "<end_of_turn>",
+            "a",
+        ]
+        .map(String::from)
+        .to_vec();
+        let meta = GgufTokenizerMeta {
+            model: "gpt2".into(),
+            pre: Some("smollm".into()),
+            token_types: vec![3, 3, 3, 3, 3, 1],
+            tokens,
+            eos_id: Some(1),
+            ..Default::default()
+        };
+        let tok = Tokenizer::from_gguf(&meta).unwrap();
+        assert_eq!(tok.eos_ids(), &[1, 2, 3, 4]);
     }
 
     /// A tiny byte-level vocab: all 256 byte chars + a few merges + control tokens.
