@@ -80,3 +80,85 @@ fn draft_model_equals_baseline_on_mtbench_with_a_wrapping_window() {
         "some drafts accepted, some rejected: {tau}"
     );
 }
+
+/// Prefix-cache reuse with sliding layers: a conversation that extends the cached sequence
+/// reuses it (its sliding layers already dropped positions), a request sharing only a prefix shorter than the
+/// cache's floor starts over; every output equals the pipeline's uncached baseline.
+#[test]
+fn prefix_cache_reuse_is_exact_with_sliding_layers() {
+    use dspark_engine::load::LoadedModel;
+    use dspark_engine::pipeline::Pipeline;
+    use dspark_engine::prefix_cache::PrefixCacheConfig;
+    use dspark_engine::spec::Mode;
+
+    let gguf = artefact("gemma3-270m/gemma-3-270m-q4_k_m.gguf");
+    let b = CandleBackend::cpu();
+    // window 8: a sliding layer holds at most 55 positions, so the first request (58) drops some
+    let target = gemma(&b, 8);
+    let vocab = target.cfg.vocab_size;
+    let tok = std::sync::Arc::new(Tokenizer::from_gguf_file(&gguf).unwrap());
+    let lm = LoadedModel {
+        model: target,
+        tokenizer: tok.clone(),
+        path: gguf.clone(),
+        load_report: None,
+    };
+    let drafter = DraftModel::new(gemma(&b.clone().keep_quantized(true), 12), vocab, 4).unwrap();
+    let mut pipe = Pipeline::new(
+        lm,
+        Mode::Draft,
+        Some(Box::new(drafter)),
+        SpecParams {
+            max_draft: 4,
+            confidence_threshold: 0.0,
+        },
+    )
+    .unwrap();
+    pipe.enable_prefix_cache(
+        PrefixCacheConfig {
+            max_slots: 4,
+            max_ram_bytes: 0,
+            dir: None,
+            min_reuse: 1,
+        },
+        "gemma3-window12",
+    );
+    let params = GenParams {
+        max_new_tokens: 32,
+        sampling: SamplingParams::greedy(),
+        eos: vec![],
+    };
+    let first = tok
+        .encode("The three primary colors are red, blue and", true)
+        .unwrap();
+    let long = GenParams {
+        max_new_tokens: 48,
+        ..params.clone()
+    };
+    let a = pipe.generate(&first, &long, &mut Vec::new()).unwrap();
+    assert_eq!(first.len() + a.tokens.len(), 58);
+    let mut second = first.clone();
+    second.extend(&a.tokens);
+    second.extend(tok.encode(" Name two more colors:", false).unwrap());
+    let mut third = first[..4].to_vec();
+    third.extend(tok.encode(" apples and pears grow on", false).unwrap());
+    for (i, prompt) in [&second, &third].into_iter().enumerate() {
+        let cached = pipe.generate(prompt, &params, &mut Vec::new()).unwrap();
+        let fresh = pipe
+            .generate_baseline(prompt, &params, &mut Vec::new())
+            .unwrap();
+        assert_eq!(cached.tokens, fresh.tokens, "request {i}");
+        if i == 0 {
+            assert!(
+                cached.stats.cached_tokens > first.len() + 16,
+                "the extension reuses the cache: {}",
+                cached.stats.cached_tokens
+            );
+        } else {
+            assert_eq!(
+                cached.stats.cached_tokens, 0,
+                "4 shared tokens lie below the floor"
+            );
+        }
+    }
+}

@@ -275,9 +275,10 @@ impl<B: Backend> PrefixCache<B> {
             }
         };
         match &got {
-            Some(_) => {
+            Some(a) => {
                 self.info.hits += 1;
-                self.info.reused_tokens += reuse as u64;
+                // what the caches really kept (a sliding-window cache may have started over)
+                self.info.reused_tokens += a.reused as u64;
             }
             None => self.info.misses += 1,
         }
@@ -467,11 +468,19 @@ fn copy_prefix<B: Backend>(
         Some(k) => Some(k.deep_prefix(b, len.min(kv_len))?),
         None => None,
     };
-    let backlog = drafter.backlog[..len.saturating_sub(kv_len).min(drafter.backlog.len())].to_vec();
+    // a sliding-window drafter cache copied below its floor comes back empty: the backlog
+    // (positions after its kv) then no longer lines up, and the drafter starts over
+    let whole = kv.as_ref().is_none_or(|k| k.len() == len.min(kv_len));
+    let backlog = if whole {
+        drafter.backlog[..len.saturating_sub(kv_len).min(drafter.backlog.len())].to_vec()
+    } else {
+        Vec::new()
+    };
+    let reused = t.len();
     Ok(Acquired {
         target: t,
         drafter: DrafterState { kv, backlog },
-        reused: len,
+        reused,
     })
 }
 
