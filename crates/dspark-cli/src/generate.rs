@@ -84,8 +84,10 @@ fn run_on<B: LaunchBackend>(b: B, a: GenerateArgs, spec: &LaunchSpec) -> Result<
     Ok(())
 }
 
-/// Prompt ids: the chat template rendering (when the model has one), else the raw text.
+/// Prompt ids: the chat template rendering (when the model has one), else the raw text with
+/// the tokenizer's own special tokens (a GGUF's `add_bos_token`: Gemma needs its `<bos>`).
 pub fn encode_prompt<B: Backend>(lm: &LoadedModel<B>, a: &GenerateArgs) -> Result<Vec<u32>> {
+    let templated = lm.tokenizer.chat_template().is_some() && !a.no_chat_template;
     let text = match (lm.tokenizer.chat_template(), a.no_chat_template) {
         (Some(t), false) => {
             let mut msgs = vec![];
@@ -104,7 +106,8 @@ pub fn encode_prompt<B: Backend>(lm: &LoadedModel<B>, a: &GenerateArgs) -> Resul
         }
         _ => a.prompt.clone(),
     };
-    let ids = lm.tokenizer.encode(&text, false)?;
+    // a rendered template carries its own bos
+    let ids = lm.tokenizer.encode(&text, !templated)?;
     if ids.is_empty() {
         bail!("the prompt encodes to no tokens");
     }
