@@ -24,7 +24,7 @@ use dspark_engine::drafters::draft_model::DraftModel;
 use dspark_engine::drafters::{dflash_from_parts, dspark_from_parts};
 use dspark_engine::generate::GenParams;
 use dspark_engine::model::transformer::{LogitsWanted, Transformer};
-use dspark_engine::sampling::{distribution, SamplingParams};
+use dspark_engine::sampling::{distribution, penalties, SamplingParams};
 use dspark_engine::spec::{decode, Drafter, SpecParams};
 use dspark_engine::testing::{
     perturbed, random_dflash, random_dspark, random_target, DrafterSpec, RandomSpec,
@@ -42,9 +42,16 @@ fn trials() -> usize {
         .and_then(|s| s.parse().ok())
         .unwrap_or(44_000)
 }
-/// (temperature, top_p, top_k)
-const CONFIGS: [(f32, f32, usize); 4] =
-    [(1.0, 1.0, 0), (1.0, 0.8, 0), (0.7, 1.0, 3), (1.3, 0.9, 5)];
+/// (temperature, top_p, top_k), then min_p and the presence / frequency / repetition
+/// penalties: the last configuration exercises every knob at once
+#[allow(clippy::type_complexity)]
+const CONFIGS: [((f32, f32, usize), (f32, f32, f32, f32)); 5] = [
+    ((1.0, 1.0, 0), (0.0, 0.0, 0.0, 1.0)),
+    ((1.0, 0.8, 0), (0.0, 0.0, 0.0, 1.0)),
+    ((0.7, 1.0, 3), (0.0, 0.0, 0.0, 1.0)),
+    ((1.3, 0.9, 5), (0.0, 0.0, 0.0, 1.0)),
+    ((1.0, 0.95, 6), (0.05, 0.6, 0.3, 1.4)),
+];
 const PROMPT: [u32; 4] = [1, 5, 2, 6];
 
 fn spec() -> RandomSpec {
@@ -76,24 +83,45 @@ fn squeeze_embedding(src: &mut MemorySource, spread: f32) {
         .insert(name.into(), HostTensor::from_f32(shape, &out));
 }
 
-/// The truncated sampling distribution from its definition, in f64: softmax(logits / T);
-/// top-k keeps the k most likely tokens; top-p then keeps, in descending order of the top-k
-/// renormalised probabilities, each token while the mass before it is < top_p; renormalise.
-/// The engine works in f32, so where the mass before a token is within 1e-6 of top_p the two
-/// precisions may round the comparison differently: there (and only there) the token follows
-/// `engine`'s decision, and the call is counted in `ambiguous`. Panics on tied logits.
+/// The sampling distribution from its definition, in f64, for a position preceded by the
+/// prompt and `generated`: the logits are penalized (repetition r over the distinct prompt and
+/// generated tokens: positive logits divided by r, negative ones multiplied; then
+/// `frequency · count + presence · [count > 0]` subtracted over the generated tokens); then
+/// softmax(logits / T); min-p drops tokens below `min_p` times the likeliest; top-k keeps the k
+/// most likely; top-p then keeps, in descending order of the renormalised probabilities, each
+/// token while the mass before it is < top_p; renormalise. The engine works in f32, so where a
+/// min-p or top-p comparison falls within 1e-6 the two precisions may round it differently:
+/// there (and only there) the token follows `engine`'s decision, and the call is counted in
+/// `ambiguous`. Panics on tied logits.
 fn reference_dist(
     row: &[f32],
-    temperature: f32,
-    top_p: f32,
-    top_k: usize,
+    s: &SamplingParams,
+    generated: &[u32],
     engine: &[f32],
     ambiguous: &mut usize,
 ) -> Vec<f64> {
-    let m = row.iter().map(|&x| x as f64).fold(f64::MIN, f64::max);
-    let ex: Vec<f64> = row
+    let mut logits: Vec<f64> = row.iter().map(|&x| x as f64).collect();
+    let r = s.repetition_penalty as f64;
+    let mut seen = [false; V];
+    for &t in PROMPT.iter().chain(generated) {
+        seen[t as usize] = true;
+    }
+    for (l, _) in logits.iter_mut().zip(seen).filter(|(_, hit)| *hit) {
+        *l = if *l > 0.0 { *l / r } else { *l * r };
+    }
+    for (t, l) in logits.iter_mut().enumerate() {
+        let c = generated.iter().filter(|&&g| g as usize == t).count() as f64;
+        *l -= s.frequency_penalty as f64 * c
+            + if c > 0.0 {
+                s.presence_penalty as f64
+            } else {
+                0.0
+            };
+    }
+    let m = logits.iter().cloned().fold(f64::MIN, f64::max);
+    let ex: Vec<f64> = logits
         .iter()
-        .map(|&x| ((x as f64 - m) / temperature as f64).exp())
+        .map(|&x| ((x - m) / s.temperature as f64).exp())
         .collect();
     let z: f64 = ex.iter().sum();
     let mut order: Vec<usize> = (0..row.len()).collect();
@@ -104,22 +132,35 @@ fn reference_dist(
             "tied logits: pick another seed"
         );
     }
-    let k = if top_k == 0 { row.len() } else { top_k };
-    let kept_k = &order[..k.min(row.len())];
+    // `kept` as computed in f64, unless `x` is within rounding of `bound`
+    let mut decide = |kept: bool, x: f64, bound: f64, i: usize| {
+        if (x - bound).abs() < 1e-6 {
+            *ambiguous += 1;
+            engine[i] > 0.0
+        } else {
+            kept
+        }
+    };
+    // min-p: probabilities relative to the likeliest token
+    let floor = s.min_p as f64;
+    let kept_p: Vec<usize> = order
+        .iter()
+        .cloned()
+        .filter(|&i| {
+            let ratio = ex[i] / ex[order[0]];
+            floor == 0.0 || decide(ratio >= floor, ratio, floor, i)
+        })
+        .collect();
+    let k = if s.top_k == 0 { row.len() } else { s.top_k };
+    let kept_k = &kept_p[..k.min(kept_p.len())];
     let zk: f64 = kept_k.iter().map(|&i| ex[i] / z).sum();
     let mut keep = Vec::new();
     let mut before = 0.0;
     for &i in kept_k {
-        if top_p < 1.0 {
-            let inside = if (before - top_p as f64).abs() < 1e-6 {
-                *ambiguous += 1;
-                engine[i] > 0.0
-            } else {
-                before < top_p as f64
-            };
-            if !inside {
-                break;
-            }
+        let top_p = s.top_p as f64;
+        // a token is inside while the mass before it is < top_p
+        if s.top_p < 1.0 && !decide(before < top_p, before, top_p, i) {
+            break;
         }
         keep.push(i);
         before += ex[i] / z / zk;
@@ -169,15 +210,11 @@ fn enumerate(
         .backend()
         .to_f32_vec(out.logits.as_ref().unwrap())
         .unwrap();
-    let engine = distribution(&row, s);
-    let d = reference_dist(
-        &row,
-        s.temperature,
-        s.top_p,
-        s.top_k,
-        &engine,
-        &mut e.ambiguous,
-    );
+    let generated = &ids[PROMPT.len()..];
+    let mut penalized = row.clone();
+    penalties::apply(&mut penalized, s, &PROMPT, generated);
+    let engine = distribution(&penalized, s);
+    let d = reference_dist(&row, s, generated, &engine, &mut e.ambiguous);
     // the engine's truncation must agree with the definition, support included
     for (i, (&ours, &theirs)) in engine.iter().zip(&d).enumerate() {
         assert!(
@@ -220,17 +257,22 @@ fn check(
     d: &mut dyn Drafter<CandleBackend>,
     floor: f64,
 ) {
-    for (ci, &(temperature, top_p, top_k)) in CONFIGS.iter().enumerate() {
+    for (ci, &((temperature, top_p, top_k), (min_p, presence, frequency, repetition))) in
+        CONFIGS.iter().enumerate()
+    {
         let base = SamplingParams {
             temperature,
             top_p,
             top_k,
             seed: None,
-            ..SamplingParams::default()
+            min_p,
+            presence_penalty: presence,
+            frequency_penalty: frequency,
+            repetition_penalty: repetition,
         };
         let ex = exact(t, &base);
         eprintln!(
-            "{name} config {ci}: {} top-p comparisons within f32 rounding",
+            "{name} config {ci}: {} min-p/top-p comparisons within f32 rounding",
             ex.ambiguous
         );
         let mut counts = vec![vec![0usize; V]; NEW];
@@ -272,7 +314,9 @@ fn check(
                 accepted += a - 1;
             }
         }
-        let what = format!("{name} T={temperature} top_p={top_p} top_k={top_k}");
+        let what = format!(
+            "{name} T={temperature} top_p={top_p} top_k={top_k} min_p={min_p} penalties={presence}/{frequency}/{repetition}"
+        );
         for (k, c) in counts.iter().enumerate() {
             assert_fits(&format!("{what} token {}", k + 1), c, &ex.pos[k]);
         }
