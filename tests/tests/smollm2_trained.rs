@@ -7,7 +7,7 @@
 //!   (tests/fixtures/spec/smollm2_trained_rounds.json, first 10 prompts) on the prompts where
 //!   both greedy runs agree;
 //! - the mean accept length on the fixed first 10 prompts stays above a floor of 0.9x the value
-//!   measured when the drafters were shipped (DFlash b16 1.345, b8 1.345, DSpark 1.424 at 40
+//!   measured when the drafters were shipped (DFlash b16 1.433, b8 1.433, DSpark 1.510 at 40
 //!   tokens, from the evaluator's rounds; dspark gives the same rounds).
 
 use std::path::PathBuf;
@@ -122,17 +122,17 @@ fn trained_drafters_equal_baseline_and_match_the_evaluator() {
         Case {
             drafter: "smollm2-135m-dflash-b16",
             mode: Mode::Dflash,
-            floor: 1.21,
+            floor: 1.29,
         },
         Case {
             drafter: "smollm2-135m-dflash-b8",
             mode: Mode::Dflash,
-            floor: 1.21,
+            floor: 1.29,
         },
         Case {
             drafter: "smollm2-135m-dspark-b7",
             mode: Mode::Dspark,
-            floor: 1.28,
+            floor: 1.35,
         },
     ];
     for case in cases {

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Ship one H200 run of run_h200.sh: copies the checkpoints into assets/drafters/ and the loss
+curves into docs/, and writes the two files made from the evaluator's output:
+- tests/fixtures/spec/smollm2_trained_rounds.json: prompt ids, greedy runs and per-round
+  accept lengths on the first 10 MT-Bench first turns (tests/tests/smollm2_trained.rs);
+- bench-results/smollm2-trained-heldout-tau.json: tau by set, drafter, cap and max new tokens,
+  with the training summary and the stage wall times.
+
+  python scripts/train/ship.py RUN_DIR     RUN_DIR holds ckpt/{dflash,dspark}/config.json,
+                                           ckpt/{eval.json,train_log.json,loss.png},
+                                           data_u16.json, log, and dflash/dspark.safetensors
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+NAMES = {"dflash16": "smollm2-135m-dflash-b16", "dflash8": "smollm2-135m-dflash-b8",
+         "dspark": "smollm2-135m-dspark-b7"}
+
+
+def stage_seconds(log_text):
+    """Wall times of run_h200.sh's stages from its '[HH:MM:SS +Ns] stage' stamps."""
+    marks = [(m.group(2), int(m.group(1))) for m in re.finditer(r"^\[\S+ \+(\d+)s\] (\w+)", log_text, re.M)]
+    at = {}
+    for name, s in marks:
+        at.setdefault(name, s)
+    out = {}
+    if "train" in at:
+        out["data_generation_and_smoke"] = at["train"] - at.get("start", 0)
+    if "train" in at and "evaluate" in at:
+        out["target_load_precompute_train_save"] = at["evaluate"] - at["train"]
+    if "evaluate" in at and "done" in at:
+        out["evaluation_and_plot"] = at["done"] - at["evaluate"]
+    if "done" in at:
+        out["end_to_end"] = at["done"] - at.get("start", 0)
+    return out
+
+
+def main():
+    run = sys.argv[1]
+    ev = json.load(open(os.path.join(run, "ckpt", "eval.json")))
+    tl = json.load(open(os.path.join(run, "ckpt", "train_log.json")))
+    data = json.load(open(os.path.join(run, "data_u16.json")))
+    summary = tl["summary"] if "summary" in tl else {k: v for k, v in tl.items() if k != "log"}
+
+    dst = os.path.join(ROOT, "assets", "drafters")
+    for kind, name in (("dflash", NAMES["dflash16"]), ("dspark", NAMES["dspark"])):
+        shutil.copyfile(os.path.join(run, f"{kind}.safetensors"), os.path.join(dst, name, "model.safetensors"))
+        cfg = json.load(open(os.path.join(run, "ckpt", kind, "config.json")))
+        old = json.load(open(os.path.join(dst, name, "config.json")))
+        assert cfg == old, f"{name}: the run's config differs from the shipped one"
+    shutil.copyfile(os.path.join(run, "ckpt", "loss.png"), os.path.join(ROOT, "docs", "drafter-training-smollm2.png"))
+
+    first = ev["rounds"]["dflash16"]
+    fx = {
+        "about": "Greedy runs and per-round accept lengths (accepted + 1, full block, up to "
+                 f"{ev['rounds_max_new']} new tokens) of the trained SmolLM2-135M drafters in assets/drafters/ on "
+                 "the first 10 MT-Bench first turns, from scripts/train/evaluate.py on one H200 (float32 "
+                 "target dequantized from the GGUF, TF32 off), the run that produced the shipped checkpoints "
+                 "(written by scripts/train/ship.py). tests/tests/smollm2_trained.rs compares dspark's rounds "
+                 "with these.",
+        "max_new": ev["rounds_max_new"],
+        "prompt_ids": [r["prompt_ids"] for r in first],
+        "greedy": [r["greedy"] for r in first],
+        "rounds": {NAMES[k]: [r["accept_lengths"] for r in v] for k, v in ev["rounds"].items()},
+    }
+    for k, v in ev["rounds"].items():
+        assert [r["greedy"] for r in v] == fx["greedy"], k
+    with open(os.path.join(ROOT, "tests", "fixtures", "spec", "smollm2_trained_rounds.json"), "w") as f:
+        f.write("{\n")
+        items = list(fx.items())
+        for i, (k, v) in enumerate(items):
+            sep = "," if i + 1 < len(items) else ""
+            if isinstance(v, list):
+                rows = ",\n  ".join(json.dumps(r, separators=(",", ":")) for r in v)
+                f.write(f' "{k}": [\n  {rows}\n ]{sep}\n')
+            elif isinstance(v, dict):
+                f.write(f' "{k}": {{\n')
+                for j, (n, rr) in enumerate(v.items()):
+                    rows = ",\n   ".join(json.dumps(r, separators=(",", ":")) for r in rr)
+                    f.write(f'  "{n}": [\n   {rows}\n  ]{"," if j + 1 < len(v) else ""}\n')
+                f.write(f" }}{sep}\n")
+            else:
+                f.write(f" {json.dumps(k)}: {json.dumps(v)}{sep}\n")
+        f.write("}\n")
+
+    log = open(os.path.join(run, "log")).read()
+    held = {
+        "about": "Held-out greedy acceptance of the shipped SmolLM2-135M drafters (assets/drafters/): mean "
+                 "tokens per round (accepted + 1) by cap on drafts per round (capK) and max new tokens (maxN), "
+                 "exact greedy walk of dspark's loop by scripts/train/evaluate.py on one H200 (f32, TF32 off). "
+                 "MT-Bench: 80 first turns; HumanEval: 164 prompts. dflash16/dflash8: the DFlash weights at "
+                 "block 16/8; dspark: DSpark b7. Written by scripts/train/ship.py from the run's eval.json.",
+        "evaluator_seconds": ev["seconds"],
+        "max_new": ev["max_new"],
+        "sets": ev["sets"],
+        "data": data,
+        "training": summary,
+        "wall_seconds_on_h200": stage_seconds(log),
+    }
+    with open(os.path.join(ROOT, "bench-results", "smollm2-trained-heldout-tau.json"), "w") as f:
+        json.dump(held, f, indent=1)
+        f.write("\n")
+    print(json.dumps(held["wall_seconds_on_h200"]))
+
+
+if __name__ == "__main__":
+    main()
