@@ -4,12 +4,18 @@
 //! token chosen at row i-1 (the pending token for row 0). An optional confidence head
 //! `sigmoid(proj([h_i; w1[prev_i]]))` truncates the block where the running product of
 //! confidences falls below a threshold (at least one draft is kept).
+//!
+//! A Gemma drafter (`model_type` gemma4) runs the Gemma 4 backbone of
+//! [`crate::model::drafter_gemma`] and scales its own embeddings by `sqrt(H)`. A drafter without
+//! its own embedding or head binds the target's: the target's scaled embedding, and the
+//! target's full projection (with the target's softcap) before the drafter's own softcap.
 
 use rand::RngCore;
 use serde_json::Value;
 
 use crate::backend::Backend;
 use crate::error::EngineError;
+use crate::model::gemma::GemmaSpec;
 use crate::model::kv_injection::{DrafterConfig, KvInjectionNet};
 use crate::model::layer::{linear, load_err, tensor};
 use crate::model::transformer::Transformer;
@@ -185,15 +191,24 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
         block[0] = pending;
         let ids = b.from_u32(&block, &[1, g])?;
         let x = match &self.embed {
-            Some(e) => b.embedding(e, &ids)?,
+            Some(e) => {
+                let x = b.embedding(e, &ids)?;
+                match &self.net.cfg.gemma {
+                    // Gemma scales its own table by sqrt(H); the target's embed() already does
+                    Some(_) => b.scale(&x, GemmaSpec::embed_scale(self.net.cfg.hidden_size))?,
+                    None => x,
+                }
+            }
             None => target.embed(&block)?,
         };
         let h = self.net.block(&x)?;
         let n = max.min(g);
         let rows = b.narrow(&h, 1, 0, n)?;
+        // a bound head is the target's whole projection, its own softcap included (as
+        // mlx-dspark binds `lm_head_proj`); the drafter's softcap follows either way
         let mut logits = match &self.lm_head {
             Some(w) => b.matmul(&rows, w)?,
-            None => target.lm_head(&rows)?,
+            None => target.project(&rows)?,
         };
         if let Some(cap) = self.net.cfg.final_logit_softcapping {
             logits = b.softcap(&logits, cap)?;

@@ -117,7 +117,8 @@ pub fn dspark_from_parts<B: Backend>(
     src: &dyn WeightSource,
     target: &Transformer<B>,
 ) -> Result<dspark::DSpark<B>, EngineError> {
-    let cfg = DrafterConfig::from_json(v, &src.path().join("config.json"))?;
+    let path = src.path().join("config.json");
+    let cfg = DrafterConfig::from_json(v, &path)?.with_gemma(v, &path)?;
     check_fit(&cfg, target, false)?;
     dspark::DSpark::load(b, src, cfg, v, target)
 }

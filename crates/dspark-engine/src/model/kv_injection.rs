@@ -3,12 +3,15 @@
 //! block of `[pending, mask, ...]` attends over that context plus itself, bidirectionally.
 //!
 //! The context K/V cache is append-only and trimmable; block K/V are recomputed every round.
+//! A Gemma DSpark drafter runs Gemma 4 layers here ([`DrafterGemma`]): sandwich norms around
+//! the attention and the MLP, `layer_scalar`, keys as values.
 
 use serde_json::Value;
 
 use crate::backend::{AttnMask, BResult, Backend, RopeSpec, RopeStyle};
 use crate::kv::KvCache;
 use crate::model::config::Fields;
+use crate::model::drafter_gemma::DrafterGemma;
 use crate::model::layer::{linear, tensor, DecoderLayer, LayerShape};
 use crate::weights::{LoadError, WeightSource};
 
@@ -32,6 +35,9 @@ pub struct DrafterConfig {
     pub sliding: Vec<Option<usize>>,
     pub final_logit_softcapping: Option<f32>,
     pub max_positions: usize,
+    /// The Gemma 4 backbone of a Gemma DSpark drafter; `None` for the Qwen3 form (DFlash
+    /// drafters always use it). Set by [`DrafterConfig::with_gemma`].
+    pub gemma: Option<DrafterGemma>,
 }
 
 impl DrafterConfig {
@@ -105,6 +111,7 @@ impl DrafterConfig {
             sliding,
             final_logit_softcapping: f.opt_f64("final_logit_softcapping")?.map(|x| x as f32),
             max_positions: f.opt_usize("max_position_embeddings")?.unwrap_or(40960),
+            gemma: None,
         };
         if cfg.block_size < 2 {
             return Err(LoadError::InvalidField {
@@ -123,8 +130,19 @@ impl DrafterConfig {
         Ok(cfg)
     }
 
+    /// The DSpark reading of `v`: a `gemma4` config gets the Gemma 4 backbone, its softcap
+    /// default (30) and full-attention layers only.
+    pub fn with_gemma(mut self, v: &Value, path: &std::path::Path) -> Result<Self, LoadError> {
+        self.gemma = DrafterGemma::from_json(v, path)?;
+        if self.gemma.is_some() {
+            self.final_logit_softcapping = DrafterGemma::softcap(v);
+            self.sliding = vec![None; self.num_layers];
+        }
+        Ok(self)
+    }
+
     pub fn layer_shape(&self) -> LayerShape {
-        LayerShape {
+        let base = LayerShape {
             hidden: self.hidden_size,
             intermediate: self.intermediate_size,
             heads: self.num_heads,
@@ -134,6 +152,22 @@ impl DrafterConfig {
             qk_norm: true,
             qkv_bias: false,
             gemma: None,
+        };
+        match &self.gemma {
+            None => base,
+            Some(g) => LayerShape {
+                kv_heads: g.attn.global_kv_heads,
+                head_dim: g.attn.global_head_dim,
+                gemma: Some(g.layer()),
+                ..base
+            },
+        }
+    }
+
+    fn rope_spec(&self) -> RopeSpec {
+        match &self.gemma {
+            Some(g) => g.rope(),
+            None => RopeSpec::default_theta(self.rope_theta, self.head_dim, RopeStyle::Half),
         }
     }
 }
@@ -166,7 +200,7 @@ impl<B: Backend> KvInjectionNet<B> {
             .map(|i| DecoderLayer::load(b, src, &format!("layers.{i}"), shape, false))
             .collect::<Result<Vec<_>, _>>()?;
         let norm = tensor(b, src, "norm.weight", &[h])?;
-        let spec = RopeSpec::default_theta(cfg.rope_theta, cfg.head_dim, RopeStyle::Half);
+        let spec = cfg.rope_spec();
         let rope = b
             .rope_prepare(&spec, cfg.max_positions)
             .map_err(|e| crate::model::layer::load_err(src, "rope", e))?;
@@ -261,7 +295,7 @@ impl<B: Backend> KvInjectionNet<B> {
                 None => AttnMask::None,
             };
             let a = layer.attend(b, &q, &k, &v, mask)?;
-            let h = b.add(&x, &a)?;
+            let h = layer.attn_residual(b, &x, &a)?;
             x = layer.mlp_residual(b, &h)?;
         }
         b.rms_norm(&x, &self.norm, self.cfg.rms_norm_eps)

@@ -1,6 +1,7 @@
 //! Models written once over the backend seam, and opening checkpoints from disk.
 
 pub mod config;
+pub mod drafter_gemma;
 pub mod gemma;
 pub mod gemma4;
 pub mod kv_injection;

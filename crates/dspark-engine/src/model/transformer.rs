@@ -184,6 +184,16 @@ impl<B: Backend> Transformer<B> {
         self.backend.matmul(hn, &self.lm_head)
     }
 
+    /// The LM head and the final logit softcap (no final norm): the target's whole output
+    /// projection of already-normed states, for DSpark drafters that bind it.
+    pub fn project(&self, hn: &B::Tensor) -> BResult<B::Tensor> {
+        let logits = self.lm_head(hn)?;
+        match self.cfg.gemma.as_ref().and_then(|g| g.final_logit_softcap) {
+            Some(cap) => self.backend.softcap(&logits, cap),
+            None => Ok(logits),
+        }
+    }
+
     /// Runs `ids` at positions `cache.len()..` and commits them to the cache. Long inputs are
     /// processed in chunks of [`PREFILL_CHUNK`] tokens, which bounds the attention scratch
     /// memory; results are identical to one pass.
