@@ -269,6 +269,7 @@ fn check(
             presence_penalty: presence,
             frequency_penalty: frequency,
             repetition_penalty: repetition,
+            ..SamplingParams::default()
         };
         let ex = exact(t, &base);
         eprintln!(
@@ -281,7 +282,7 @@ fn check(
         for trial in 0..trials() {
             let sampling = SamplingParams {
                 seed: Some((ci * 1_000_003 + trial) as u64),
-                ..base
+                ..base.clone()
             };
             let params = GenParams {
                 max_new_tokens: NEW,

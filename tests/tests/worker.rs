@@ -79,7 +79,9 @@ fn worker_streams_same_text_as_direct_generation_then_done() {
     ));
     let summary = loop {
         match rx.recv_timeout(WAIT).unwrap() {
-            Event::Delta { text: t, tokens: n } => {
+            Event::Delta {
+                text: t, tokens: n, ..
+            } => {
                 text.push_str(&t);
                 tokens += n;
             }

@@ -1,14 +1,18 @@
 //! Token choice from one row of logits, on the host: greedy argmax, and temperature sampling
 //! with min-p, top-k and top-p truncation. The same truncation is applied to draft and target
 //! distributions during speculative verification. Repetition, frequency and presence
-//! penalties, which depend on what came before a position, are in [`penalties`].
+//! penalties, which depend on what came before a position, are in [`penalties`]; `logit_bias`
+//! in [`logit_bias`]; both are applied to a row by [`adjust`]. Log-probabilities of the chosen
+//! tokens are in [`logprobs`].
 
 use rand::Rng;
 
+pub mod logit_bias;
+pub mod logprobs;
 pub mod penalties;
 
 /// Sampling settings of one request. `temperature <= 0` means greedy.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SamplingParams {
     pub temperature: f32,
     pub top_p: f32,
@@ -21,6 +25,11 @@ pub struct SamplingParams {
     pub presence_penalty: f32,
     pub frequency_penalty: f32,
     pub repetition_penalty: f32,
+    /// `(token id, bias)` added to the logits before anything else ([`logit_bias`]).
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Report log-probabilities of the emitted tokens with this many alternatives each
+    /// ([`logprobs`]); `None` = off.
+    pub logprobs: Option<usize>,
 }
 
 impl Default for SamplingParams {
@@ -34,6 +43,8 @@ impl Default for SamplingParams {
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             repetition_penalty: 1.0,
+            logit_bias: Vec::new(),
+            logprobs: None,
         }
     }
 }
@@ -45,6 +56,19 @@ impl SamplingParams {
     pub fn is_greedy(&self) -> bool {
         self.temperature <= 0.0
     }
+}
+
+/// Whether [`adjust`] changes rows at all.
+pub fn adjusts(s: &SamplingParams) -> bool {
+    logit_bias::active(s) || penalties::active(s)
+}
+
+/// The logit processors of `s` on the row of a position preceded by `prompt` then
+/// `generated`: `logit_bias` first, then the penalties. Every loop (baseline, speculative
+/// verification) chooses tokens from rows adjusted by this and nothing else.
+pub fn adjust(row: &mut [f32], s: &SamplingParams, prompt: &[u32], generated: &[u32]) {
+    logit_bias::apply(row, s);
+    penalties::apply(row, s, prompt, generated);
 }
 
 /// Index of the largest value; the first one on ties. NaNs are never chosen.

@@ -17,6 +17,7 @@ use crate::error::EngineError;
 use crate::generate::{FinishReason, Flow, GenParams, GenStats, TokenSink};
 use crate::pipeline::Pipeline;
 use crate::queue::{Counters, CountersSnapshot, JobQueue, JobRx};
+use crate::sampling::logprobs::{Rendered, TokenLogprob};
 use crate::sampling::SamplingParams;
 use crate::tokenizer::Tokenizer;
 
@@ -59,6 +60,8 @@ pub enum Event {
     Delta {
         text: String,
         tokens: usize,
+        /// One entry per token when the request asked for log-probabilities.
+        logprobs: Vec<Rendered>,
     },
     Done(Summary),
     Error(EngineError),
@@ -87,6 +90,8 @@ pub struct ModelInfo {
     pub model_path: String,
     pub context_len: usize,
     pub has_chat_template: bool,
+    /// Rows of the target's logits (valid token ids are below it).
+    pub vocab_size: usize,
 }
 
 /// Settings a running engine can change (a settings-file reload, the app's Settings pane).
@@ -147,6 +152,7 @@ impl EngineHandle {
                         model_path: pipe.target.path.display().to_string(),
                         context_len: pipe.target.model.cfg.max_position_embeddings,
                         has_chat_template: t.chat_template().is_some(),
+                        vocab_size: pipe.target.model.cfg.vocab_size,
                     };
                     let _ = ready_tx.send(Ok((t, info)));
                     run_worker(pipe, rx, pending);
@@ -280,13 +286,15 @@ fn run_job<B: Backend>(
     }
     let params = GenParams {
         max_new_tokens: job.params.max_new_tokens,
-        sampling: job.params.sampling,
+        sampling: std::mem::take(&mut job.params.sampling),
         eos: eos.to_vec(),
     };
     let mut sink = EventSink {
         dec: StreamDecoder::new(tokenizer, true),
         stop: StopFilter::new(std::mem::take(&mut job.params.stop)),
         on_event: &mut job.on_event,
+        logprobs: Vec::new(),
+        tokenizer,
         gone: false,
         counters,
     };
@@ -330,6 +338,9 @@ struct EventSink<'a> {
     dec: StreamDecoder<'a>,
     stop: StopFilter,
     on_event: &'a mut EventFn,
+    /// Log-probabilities of the tokens of the coming `push`, with their texts.
+    logprobs: Vec<Rendered>,
+    tokenizer: &'a Tokenizer,
     gone: bool,
     counters: &'a Counters,
 }
@@ -344,7 +355,11 @@ impl EventSink<'_> {
             }
             text.push_str(&self.stop.flush());
             if !text.is_empty() {
-                self.gone |= !(self.on_event)(Event::Delta { text, tokens: 0 });
+                self.gone |= !(self.on_event)(Event::Delta {
+                    text,
+                    tokens: 0,
+                    logprobs: Vec::new(),
+                });
             }
         }
         self.stop.stopped()
@@ -352,6 +367,12 @@ impl EventSink<'_> {
 }
 
 impl TokenSink for EventSink<'_> {
+    fn logprobs(&mut self, entries: &[TokenLogprob]) {
+        let t = self.tokenizer;
+        let text = |id: u32| t.decode(&[id], false).unwrap_or_default();
+        self.logprobs = entries.iter().map(|e| e.render(&text)).collect();
+    }
+
     fn push(&mut self, ids: &[u32]) -> Flow {
         self.counters
             .generated_tokens
@@ -369,6 +390,7 @@ impl TokenSink for EventSink<'_> {
         if !(self.on_event)(Event::Delta {
             text,
             tokens: ids.len(),
+            logprobs: std::mem::take(&mut self.logprobs),
         }) {
             self.gone = true;
             return Flow::Cancel;

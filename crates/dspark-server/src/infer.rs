@@ -53,7 +53,7 @@ pub async fn start(
     }
     let params = JobParams {
         max_new_tokens: max_new,
-        sampling: req.sampling,
+        sampling: req.sampling.clone(),
         stop: req.stop.clone(),
     };
     let (tx, rx) = unbounded_channel();

@@ -96,6 +96,8 @@ impl ScriptedEngine {
             model_path: "scripted".into(),
             context_len: script.context_len,
             has_chat_template: true,
+            // every char is a token of the scripted engine
+            vocab_size: char::MAX as usize + 1,
         };
         ScriptedEngine {
             script: Arc::new(script),
@@ -203,6 +205,7 @@ impl ScriptedEngine {
             if !on_event(Event::Delta {
                 text: chunk.iter().collect(),
                 tokens: chunk.len(),
+                logprobs: Vec::new(),
             }) {
                 return Err(());
             }

@@ -9,7 +9,8 @@ use crate::backend::Backend;
 use crate::error::EngineError;
 use crate::kv::KvCache;
 use crate::model::transformer::{LogitsWanted, Transformer};
-use crate::sampling::{penalties, pick, rng_for};
+use crate::sampling::logprobs::{self, TokenLogprob};
+use crate::sampling::{adjust, pick, rng_for};
 
 /// Generates after `prompt`. `cache` may already hold a prefix of `prompt` (prefix reuse);
 /// at least one prompt token is always prefilled.
@@ -43,8 +44,10 @@ pub fn generate<B: Backend>(
     let out = model.forward(&prompt[cached..], cache, &[], LogitsWanted::Last)?;
     let mut row = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
     stats.target_forwards += 1;
-    penalties::apply(&mut row, &params.sampling, prompt, &[]);
+    adjust(&mut row, &params.sampling, prompt, &[]);
     let mut next = pick(&row, &params.sampling, &mut rng);
+    let mut next_lp = logprobs::for_pick(&row, next, &params.sampling);
+    let mut lps: Vec<TokenLogprob> = Vec::new();
     stats.prefill_secs = t0.elapsed().as_secs_f64();
 
     let t1 = Instant::now();
@@ -60,6 +63,10 @@ pub fn generate<B: Backend>(
             }
             if n > 0 {
                 tokens.push(next);
+                if let Some(lp) = next_lp.take() {
+                    sink.logprobs(std::slice::from_ref(&lp));
+                    lps.push(lp);
+                }
                 match sink.push(&[next]) {
                     Flow::Continue => {}
                     Flow::StopString => break FinishReason::Stop,
@@ -72,8 +79,9 @@ pub fn generate<B: Backend>(
             let out = model.forward(&[next], cache, &[], LogitsWanted::Last)?;
             let mut row = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
             stats.target_forwards += 1;
-            penalties::apply(&mut row, &params.sampling, prompt, &tokens);
+            adjust(&mut row, &params.sampling, prompt, &tokens);
             next = pick(&row, &params.sampling, &mut rng);
+            next_lp = logprobs::for_pick(&row, next, &params.sampling);
         }
     };
     stats.decode_secs = t1.elapsed().as_secs_f64();
@@ -82,6 +90,7 @@ pub fn generate<B: Backend>(
         text: String::new(),
         finish_reason: finish,
         stats,
+        logprobs: lps,
     })
 }
 

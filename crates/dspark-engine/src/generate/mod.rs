@@ -5,6 +5,7 @@ pub mod baseline;
 pub mod stopping;
 pub mod text;
 
+use crate::sampling::logprobs::TokenLogprob;
 use crate::sampling::SamplingParams;
 
 /// What one generation call should do.
@@ -50,6 +51,9 @@ pub enum Flow {
 /// Receives committed tokens round by round.
 pub trait TokenSink {
     fn push(&mut self, ids: &[u32]) -> Flow;
+    /// When the request asks for log-probabilities: those of the tokens of the next
+    /// [`TokenSink::push`], one per token, delivered just before it.
+    fn logprobs(&mut self, _entries: &[TokenLogprob]) {}
 }
 
 /// A sink that only collects.
@@ -83,6 +87,8 @@ pub struct GenResult {
     pub text: String,
     pub finish_reason: FinishReason,
     pub stats: GenStats,
+    /// One entry per token of `tokens` when the request asked for log-probabilities.
+    pub logprobs: Vec<TokenLogprob>,
 }
 
 impl GenResult {

@@ -14,7 +14,8 @@ use crate::generate::stopping::Budget;
 use crate::generate::{FinishReason, Flow, GenParams, GenResult, GenStats, TokenSink};
 use crate::kv::KvCache;
 use crate::model::transformer::{LogitsWanted, Transformer};
-use crate::sampling::{argmax, distribution, penalties, pick, rng_for};
+use crate::sampling::logprobs::{self, TokenLogprob};
+use crate::sampling::{adjust, adjusts, argmax, distribution, pick, rng_for};
 
 /// Generates after `prompt` with `drafter`. `cache` (and the drafter) may already hold a
 /// prefix of the prompt; both must hold the same length.
@@ -59,8 +60,13 @@ pub fn generate<B: Backend>(
     stats.target_forwards += 1;
     drafter.prefill(&prompt[reuse..], reuse, out.taps.as_ref())?;
     let mut row = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
-    penalties::apply(&mut row, &params.sampling, prompt, &[]);
+    adjust(&mut row, &params.sampling, prompt, &[]);
     let mut pending = pick(&row, &params.sampling, &mut rng);
+    // log-probabilities of `block`, one per token, when asked
+    let mut block_lps: Vec<TokenLogprob> = logprobs::for_pick(&row, pending, &params.sampling)
+        .into_iter()
+        .collect();
+    let mut lps: Vec<TokenLogprob> = Vec::new();
     stats.prefill_secs = t0.elapsed().as_secs_f64();
 
     let t1 = Instant::now();
@@ -77,6 +83,10 @@ pub fn generate<B: Backend>(
             }
             if n > 0 {
                 tokens.extend_from_slice(&block[..n]);
+                if !block_lps.is_empty() {
+                    sink.logprobs(&block_lps[..n]);
+                    lps.extend_from_slice(&block_lps[..n]);
+                }
                 match sink.push(&block[..n]) {
                     Flow::Continue => {}
                     Flow::StopString => break FinishReason::Stop,
@@ -106,12 +116,12 @@ pub fn generate<B: Backend>(
             stats.target_forwards += 1;
             let mut logits = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
             let v = target.cfg.vocab_size;
-            if penalties::active(&params.sampling) {
+            if adjusts(&params.sampling) {
                 // row j follows the emitted tokens and drafts 1..j: what the baseline would
                 // have seen there had those drafts been its own tokens
                 let mut seen = tokens.clone();
                 for (j, r) in logits.chunks_exact_mut(v).enumerate() {
-                    penalties::apply(r, &params.sampling, prompt, &seen);
+                    adjust(r, &params.sampling, prompt, &seen);
                     seen.extend(drafts.get(j));
                 }
             }
@@ -144,6 +154,14 @@ pub fn generate<B: Backend>(
             drafter.commit(&fed[..keep], pos, kept_taps.as_ref())?;
             block = drafts[..outcome.accepted].to_vec();
             block.push(outcome.next);
+            if let Some(k) = params.sampling.logprobs {
+                // row j scored block[j]: the accepted drafts, then the correction or bonus
+                block_lps = block
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &t)| logprobs::of_row(&logits[j * v..(j + 1) * v], t, k))
+                    .collect();
+            }
         }
     };
     stats.decode_secs = t1.elapsed().as_secs_f64();
@@ -152,5 +170,6 @@ pub fn generate<B: Backend>(
         text: String::new(),
         finish_reason: finish,
         stats,
+        logprobs: lps,
     })
 }

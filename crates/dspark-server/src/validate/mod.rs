@@ -66,8 +66,6 @@ impl ValidationError {
 }
 
 mod chat;
-pub mod messages;
-pub mod responses;
 
 type VResult<T> = Result<T, ValidationError>;
 
@@ -233,6 +231,7 @@ pub fn validate(o: &Map<String, Json>, kind: Kind, limits: &Limits) -> VResult<V
             "in (0, 10]",
         )?
         .unwrap_or(1.0),
+        ..Default::default()
     };
     reject_unsupported(o)?;
     let (prompt, tools) = match kind {
