@@ -2,11 +2,14 @@
 //! reasoning extraction, auth/CORS and metrics. [`app`] builds the router without sockets;
 //! [`serve`] runs it on a listener. Only this crate knows HTTP; it never touches tensors.
 
+pub mod anthropic_sse;
 pub mod engine;
 pub mod error;
+pub mod event_stream;
 pub mod infer;
 pub mod middleware;
 pub mod openai;
+pub mod responses_sse;
 pub mod routes;
 pub mod scripted;
 pub mod sse;
@@ -137,6 +140,12 @@ pub fn app_with_ui(state: AppState, ui: Router) -> Router {
         .route("/chat/completions", post(routes::chat::handler))
         .route("/v1/completions", post(routes::completions::handler))
         .route("/completions", post(routes::completions::handler))
+        .route("/v1/responses", post(routes::responses::handler))
+        .route("/v1/messages", post(routes::messages::handler))
+        .route(
+            "/v1/messages/count_tokens",
+            post(routes::messages::count_tokens),
+        )
         .route("/v1/models", get(routes::models::list))
         .route("/models", get(routes::models::list))
         .route("/v1/models/{id}", get(routes::models::get))
@@ -156,7 +165,8 @@ pub fn app_with_ui(state: AppState, ui: Router) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             middleware::count_status,
-        ));
+        ))
+        .layer(axum::middleware::from_fn(routes::messages::anthropic_layer));
     api.with_state(state)
 }
 

@@ -4,8 +4,10 @@
 pub mod chat;
 pub mod completions;
 pub mod health;
+pub mod messages;
 pub mod metrics;
 pub mod models;
+pub mod responses;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
