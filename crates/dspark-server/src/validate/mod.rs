@@ -66,6 +66,8 @@ impl ValidationError {
 }
 
 mod chat;
+pub mod messages;
+pub mod responses;
 
 type VResult<T> = Result<T, ValidationError>;
 
