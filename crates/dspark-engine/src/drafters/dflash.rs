@@ -7,6 +7,7 @@
 use rand::RngCore;
 
 use crate::backend::Backend;
+use crate::constrain::Drafting;
 use crate::error::EngineError;
 use crate::model::kv_injection::KvInjectionNet;
 use crate::model::transformer::Transformer;
@@ -30,22 +31,32 @@ pub(crate) fn choose_rows(
     vocab: usize,
     sampling: &SamplingParams,
     rng: &mut dyn RngCore,
-) -> Proposal {
+) -> Result<Proposal, EngineError> {
     let mut tokens = Vec::new();
     let mut qs = Vec::new();
+    // under a grammar, row i is masked after drafts 0..i (as verification will mask it)
+    let mut grammar = Drafting::new(sampling);
     for row in logits.chunks_exact(vocab) {
-        if sampling.is_greedy() {
-            tokens.push(pick(row, sampling, rng));
-        } else {
-            let q = distribution(row, sampling);
-            tokens.push(sample_index(&q, rng));
-            qs.push(q);
+        if !grammar.open() {
+            break;
         }
+        let mut row = row.to_vec();
+        grammar.mask(&mut row)?;
+        let d = if sampling.is_greedy() {
+            pick(&row, sampling, rng)
+        } else {
+            let q = distribution(&row, sampling);
+            let d = sample_index(&q, rng);
+            qs.push(q);
+            d
+        };
+        grammar.chose(d)?;
+        tokens.push(d);
     }
-    Proposal {
+    Ok(Proposal {
         tokens,
         q: (!sampling.is_greedy()).then_some(qs),
-    }
+    })
 }
 
 impl<B: Backend> Drafter<B> for DFlash<B> {
@@ -99,7 +110,7 @@ impl<B: Backend> Drafter<B> for DFlash<B> {
             logits = b.softcap(&logits, cap)?;
         }
         let host = b.to_f32_vec(&logits)?;
-        Ok(choose_rows(&host, target.cfg.vocab_size, sampling, rng))
+        choose_rows(&host, target.cfg.vocab_size, sampling, rng)
     }
 
     fn commit(

@@ -7,6 +7,7 @@
 use rand::RngCore;
 
 use crate::backend::Backend;
+use crate::constrain::Drafting;
 use crate::error::EngineError;
 use crate::kv::KvCache;
 use crate::model::transformer::{LogitsWanted, Transformer};
@@ -90,11 +91,14 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
         feed.push(pending);
         let mut tokens = Vec::with_capacity(max);
         let mut qs = Vec::new();
+        // under a grammar, draft i is chosen from a row masked after drafts 0..i
+        let mut grammar = Drafting::new(sampling);
         for i in 0..max {
             let out = self
                 .model
                 .forward(&feed, &mut self.cache, &[], LogitsWanted::Last)?;
-            let row = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
+            let mut row = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
+            grammar.mask(&mut row)?;
             let d = if sampling.is_greedy() {
                 pick(&row, sampling, rng)
             } else {
@@ -103,7 +107,11 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
                 qs.push(q);
                 d
             };
+            grammar.chose(d)?;
             tokens.push(d);
+            if !grammar.open() {
+                break;
+            }
             if i + 1 < max {
                 feed = vec![d];
             }
