@@ -4,11 +4,13 @@
 
 pub mod demo;
 pub mod download;
+mod fetch;
 pub mod launch;
 pub mod layers;
 pub mod local;
 pub mod paths;
 pub mod registry;
+mod resume;
 pub mod settings;
 
 pub use download::{pull, Progress, PullOptions, Pulled};

@@ -234,3 +234,23 @@ fn cancelled_pull_keeps_what_arrived_and_the_next_pull_resumes() {
     assert_eq!(seen + got.fetched_bytes, total);
     assert_eq!(sha256_of(&got.snapshot.join("model.safetensors")), want);
 }
+
+#[test]
+fn token_is_sent_to_a_hub_that_demands_one() {
+    let hub = Hub::tiny_qwen3();
+    *hub.token.lock().unwrap() = Some("hf_test_token".into());
+    let srv = start(hub);
+    let cache = tempfile::tempdir().unwrap();
+    let mut o = opts(&srv.endpoint, cache.path(), 0);
+    o.token = Some("hf_wrong".into());
+    let err = pull(REPO, &o, &NoProgress).unwrap_err();
+    assert!(matches!(err, HubError::Http { status: 401, .. }), "{err}");
+    assert!(err.to_string().contains("HF_TOKEN"), "{err}");
+
+    o.token = Some("hf_test_token".into());
+    let got = pull(REPO, &o, &NoProgress).unwrap();
+    assert_eq!(
+        sha256_of(&got.snapshot.join("model.safetensors")),
+        srv.hub.file("model.safetensors").sha256()
+    );
+}

@@ -1,5 +1,5 @@
 //! `resolve_model_path` driven by the environment (`HF_ENDPOINT`, `HF_HOME`, `HF_HUB_OFFLINE`,
-//! LM Studio folders). One test per binary: it sets process-wide variables.
+//! `HF_TOKEN`, LM Studio folders). One test per binary: it sets process-wide variables.
 
 mod common;
 
@@ -12,13 +12,17 @@ use dspark_hub::{resolve_model_path, HubError};
 
 #[test]
 fn resolve_model_path_follows_the_environment() {
-    let srv = start(Hub::tiny_qwen3());
+    let hub = Hub::tiny_qwen3();
+    // every request must carry HF_TOKEN
+    *hub.token.lock().unwrap() = Some("hf_env_token".into());
+    let srv = start(hub);
     let home = tempfile::tempdir().unwrap();
     let lms = tempfile::tempdir().unwrap();
     std::env::set_var("HF_ENDPOINT", &srv.endpoint);
     std::env::set_var("HF_HOME", home.path());
     std::env::remove_var("HF_HUB_CACHE");
     std::env::set_var("DSPARK_LMSTUDIO_DIRS", lms.path());
+    std::env::set_var("HF_TOKEN", "hf_env_token");
 
     // Offline and not cached: a clear error, no request.
     std::env::set_var("HF_HUB_OFFLINE", "1");

@@ -1,8 +1,9 @@
 //! A fake Hugging Face hub for tests: axum on 127.0.0.1:0 serving one repo in the hub's layout
-//! (`/api/models/{org}/{name}/revision/{rev}` with `?blobs=true` fields, and
-//! `/{org}/{name}/resolve/{rev}/{file}` with Range support and etag headers). It counts bytes
-//! served, records the Range start of every file request, and can cut a response short or
-//! serve corrupted bytes on demand.
+//! (`/api/models/{org}/{name}/revision/{rev}` with `?blobs=true` fields,
+//! `/api/models/{org}/{name}/tree/{rev}` in the hub's tree format (LFS hash as `lfs.oid`), and
+//! `/{org}/{name}/resolve/{rev}/{file}` for GET and HEAD with Range support and etag headers).
+//! It counts requests and bytes served, records the Range start of every file GET, and can cut a
+//! response short, serve corrupted bytes, or demand a token on demand.
 
 #![allow(dead_code)]
 
@@ -13,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -73,6 +74,8 @@ pub struct Hub {
     pub stall_after: Mutex<Option<(String, u64, std::sync::mpsc::Sender<()>)>>,
     /// Files served with one byte flipped.
     pub corrupt: Mutex<Vec<String>>,
+    /// When set, every request needs `Authorization: Bearer <token>` (401 otherwise).
+    pub token: Mutex<Option<String>>,
 }
 
 impl Hub {
@@ -98,6 +101,7 @@ impl Hub {
             cut_after: Mutex::new(None),
             stall_after: Mutex::new(None),
             corrupt: Mutex::new(Vec::new()),
+            token: Mutex::new(None),
         }
     }
 
@@ -134,6 +138,7 @@ pub fn start(hub: Hub) -> Running {
         .unwrap();
     let app = Router::new()
         .route("/api/models/{org}/{name}/revision/{rev}", get(api))
+        .route("/api/models/{org}/{name}/tree/{rev}", get(tree))
         .route("/{org}/{name}/resolve/{rev}/{*file}", get(resolve))
         .with_state(hub.clone());
     let listener = rt
@@ -151,11 +156,55 @@ pub fn start(hub: Hub) -> Running {
     }
 }
 
+/// 401 unless the request carries the token the hub demands.
+fn unauthorized(hub: &Hub, headers: &HeaderMap) -> Option<Response> {
+    let want = hub.token.lock().unwrap().clone()?;
+    let got = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    (got != Some(format!("Bearer {want}").as_str()))
+        .then(|| (StatusCode::UNAUTHORIZED, "Invalid credentials").into_response())
+}
+
+async fn tree(
+    State(hub): State<Arc<Hub>>,
+    UrlPath((org, name, rev)): UrlPath<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    hub.stats.requests.fetch_add(1, Ordering::SeqCst);
+    if let Some(r) = unauthorized(&hub, &headers) {
+        return r;
+    }
+    if format!("{org}/{name}") != REPO || (rev != "main" && rev != COMMIT) {
+        return (StatusCode::NOT_FOUND, "Repository not found").into_response();
+    }
+    let entries: Vec<serde_json::Value> = hub
+        .files
+        .iter()
+        .map(|f| {
+            let mut v = serde_json::json!({"type": "file", "oid": f.git_sha1(), "size": f.bytes.len(), "path": f.name});
+            if f.lfs {
+                v["lfs"] = serde_json::json!({"oid": f.sha256(), "size": f.bytes.len(), "pointerSize": 134});
+            }
+            v
+        })
+        .collect();
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::Value::from(entries).to_string(),
+    )
+        .into_response()
+}
+
 async fn api(
     State(hub): State<Arc<Hub>>,
     UrlPath((org, name, rev)): UrlPath<(String, String, String)>,
+    headers: HeaderMap,
 ) -> Response {
     hub.stats.requests.fetch_add(1, Ordering::SeqCst);
+    if let Some(r) = unauthorized(&hub, &headers) {
+        return r;
+    }
     if format!("{org}/{name}") != REPO || (rev != "main" && rev != COMMIT) {
         return (StatusCode::NOT_FOUND, "Repository not found").into_response();
     }
@@ -182,9 +231,13 @@ async fn api(
 async fn resolve(
     State(hub): State<Arc<Hub>>,
     UrlPath((org, name, rev, file)): UrlPath<(String, String, String, String)>,
+    method: Method,
     headers: HeaderMap,
 ) -> Response {
     hub.stats.requests.fetch_add(1, Ordering::SeqCst);
+    if let Some(r) = unauthorized(&hub, &headers) {
+        return r;
+    }
     let Some(f) = hub.files.iter().find(|f| f.name == file) else {
         return (StatusCode::NOT_FOUND, "Entry not found").into_response();
     };
@@ -192,12 +245,40 @@ async fn resolve(
         return (StatusCode::NOT_FOUND, "Revision not found").into_response();
     }
     let len = f.bytes.len() as u64;
-    let start = headers
+    // `bytes=a-` or `bytes=a-b` (b inclusive)
+    let range = headers
         .get(header::RANGE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("bytes="))
-        .and_then(|v| v.strip_suffix('-'))
-        .and_then(|v| v.parse::<u64>().ok());
+        .and_then(|v| v.split_once('-'))
+        .and_then(|(a, b)| {
+            let end = if b.is_empty() {
+                None
+            } else {
+                Some(b.parse::<u64>().ok()? + 1)
+            };
+            Some((a.parse::<u64>().ok()?, end))
+        });
+    let start = range.map(|r| r.0);
+    let end = range.and_then(|r| r.1).unwrap_or(len).min(len);
+    if method == Method::HEAD {
+        // metadata only: not a file request, no bytes, no cut or stall consumed
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        h.insert(
+            header::ETAG,
+            HeaderValue::from_str(&format!("\"{}\"", f.etag())).unwrap(),
+        );
+        h.insert("x-repo-commit", HeaderValue::from_static(COMMIT));
+        if f.lfs {
+            h.insert(
+                "x-linked-etag",
+                HeaderValue::from_str(&format!("\"{}\"", f.sha256())).unwrap(),
+            );
+            h.insert("x-linked-size", HeaderValue::from(len));
+        }
+        return (StatusCode::OK, h).into_response();
+    }
     hub.stats
         .file_requests
         .lock()
@@ -213,7 +294,7 @@ async fn resolve(
         }
     }
     let from = start.unwrap_or(0);
-    let mut bytes = f.bytes[from as usize..].to_vec();
+    let mut bytes = f.bytes[from as usize..end.max(from) as usize].to_vec();
     if hub.corrupt.lock().unwrap().contains(&f.name) && !bytes.is_empty() {
         let mid = bytes.len() / 2;
         bytes[mid] ^= 0xff;
@@ -253,7 +334,7 @@ async fn resolve(
     let status = if start.is_some() {
         resp_headers.insert(
             header::CONTENT_RANGE,
-            HeaderValue::from_str(&format!("bytes {from}-{}/{len}", len - 1)).unwrap(),
+            HeaderValue::from_str(&format!("bytes {from}-{}/{len}", end - 1)).unwrap(),
         );
         StatusCode::PARTIAL_CONTENT
     } else {
