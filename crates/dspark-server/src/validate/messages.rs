@@ -40,6 +40,9 @@ pub fn parse_messages(bytes: &[u8], limits: &Limits, count_only: bool) -> VResul
 /// Chat parameter names in errors → the Messages names they came from.
 fn rename(e: ValidationError) -> ValidationError {
     let map = |p: String| -> String {
+        if let Some(rest) = p.strip_prefix("response_format") {
+            return format!("output_config.format{rest}");
+        }
         match p.strip_prefix("stop") {
             Some(rest) if !rest.starts_with('_') => format!("stop_sequences{rest}"),
             _ => p,
@@ -53,6 +56,10 @@ fn rename(e: ValidationError) -> ValidationError {
         ValidationError::Range { param, rule } => ValidationError::Range {
             param: map(param),
             rule,
+        },
+        ValidationError::Unsupported { param, msg } => ValidationError::Unsupported {
+            param: map(param),
+            msg,
         },
         other => other,
     }
@@ -87,6 +94,25 @@ pub fn to_chat(o: &Map<String, Json>, count_only: bool) -> VResult<Map<String, J
         if !m.is_empty() {
             return Err(unsupported("mcp_servers", "MCP servers are not supported"));
         }
+    }
+    match field(o, "output_config") {
+        None => {}
+        // `effort` has no equivalent here and is ignored; a `format` (structured output)
+        // gets the chat route's `response_format` treatment
+        Some(Json::Object(c)) => match field(c, "format") {
+            None => {}
+            Some(Json::Object(f)) => {
+                let schema = f.get("schema").cloned().unwrap_or(Json::Null);
+                let rf = match f.get("type").and_then(Json::as_str) {
+                    Some("json_schema") => json!({"type": "json_schema",
+                        "json_schema": {"name": "output", "schema": schema, "strict": true}}),
+                    _ => return Err(ty("output_config.format.type", "\"json_schema\"")),
+                };
+                chat.insert("response_format".into(), rf);
+            }
+            Some(_) => return Err(ty("output_config.format", "an object")),
+        },
+        Some(_) => return Err(ty("output_config", "an object")),
     }
     let mut messages = Vec::new();
     match field(o, "system") {
@@ -424,6 +450,14 @@ mod tests {
         assert_eq!(tools[0]["function"]["name"], "g");
         assert_eq!(
             tools[0]["function"]["parameters"],
+            json!({"type": "object"})
+        );
+        let c = chat(
+            json!({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
+            "output_config": {"effort": "low", "format": {"type": "json_schema", "schema": {"type": "object"}}}}),
+        );
+        assert_eq!(
+            c["response_format"]["json_schema"]["schema"],
             json!({"type": "object"})
         );
     }
