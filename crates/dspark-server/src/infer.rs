@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use dspark_engine::sampling::logprobs::Rendered;
 use dspark_engine::worker::{Event, JobParams, Prompt, Summary};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
@@ -12,7 +13,7 @@ use crate::engine::Engine;
 use crate::error::ApiError;
 use crate::thinking::{prompt_opens_thinking, ThinkSplitter};
 use crate::tools::{Piece, ToolCall, ToolParser};
-use crate::validate::{Kind, ToolMode, ValidRequest};
+use crate::validate::{Kind, ToolMode, ValidRequest, ValidationError};
 
 /// A generation that was accepted by the engine.
 pub struct Generation {
@@ -22,14 +23,51 @@ pub struct Generation {
     pub starts_in_thinking: bool,
 }
 
-/// Prepares and submits `req`. Errors: 400 (context, template), 429 (queue full), 500.
+/// Prepares and submits `req` (its first prompt, choice 0). Errors: 400 (context, template),
+/// 429 (queue full), 500.
 pub async fn start(
     engine: &Arc<dyn Engine>,
     req: &ValidRequest,
     default_max: usize,
 ) -> Result<Generation, ApiError> {
+    start_choice(engine, req, &req.prompt, 0, default_max).await
+}
+
+/// The seed of choice `choice` of a seeded request: `seed + choice` (wrapping), so choice 0
+/// is the plain request and each choice can be reproduced alone.
+pub fn choice_seed(seed: Option<u64>, choice: usize) -> Option<u64> {
+    seed.map(|s| s.wrapping_add(choice as u64))
+}
+
+/// Refuses `logit_bias` ids the model does not have (400, param `logit_bias`).
+pub fn check_bias(engine: &Arc<dyn Engine>, req: &ValidRequest) -> Result<(), ApiError> {
+    let vocab = engine.info().vocab_size;
+    if req
+        .sampling
+        .logit_bias
+        .iter()
+        .any(|b| b.0 as usize >= vocab)
+    {
+        return Err(ValidationError::Range {
+            param: "logit_bias".into(),
+            rule: "keyed by token ids of this model's vocabulary",
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// Prepares and submits choice `choice` (see [`choice_seed`]) of `prompt`, one of `req`'s.
+pub async fn start_choice(
+    engine: &Arc<dyn Engine>,
+    req: &ValidRequest,
+    prompt: &Prompt,
+    choice: usize,
+    default_max: usize,
+) -> Result<Generation, ApiError> {
+    check_bias(engine, req)?;
     let e = engine.clone();
-    let prompt: Prompt = req.prompt.clone();
+    let prompt: Prompt = prompt.clone();
     let asked = req.max_tokens;
     let prep = tokio::task::spawn_blocking(move || e.prepare(&prompt, asked.unwrap_or(0)))
         .await
@@ -51,9 +89,11 @@ pub async fn start(
             max: ctx,
         });
     }
+    let mut sampling = req.sampling.clone();
+    sampling.seed = choice_seed(sampling.seed, choice);
     let params = JobParams {
         max_new_tokens: max_new,
-        sampling: req.sampling.clone(),
+        sampling,
         stop: req.stop.clone(),
     };
     let (tx, rx) = unbounded_channel();
@@ -147,6 +187,8 @@ pub struct Collected {
     pub calls: Vec<ToolCall>,
     pub summary: Summary,
     pub queued_secs: f64,
+    /// One per generated token when the request asked for log-probabilities.
+    pub logprobs: Vec<Rendered>,
 }
 
 /// Awaits the end of `g`, post-processing its text.
@@ -154,10 +196,16 @@ pub async fn collect(mut g: Generation, req: &ValidRequest) -> Result<Collected,
     let mut post = PostProcessor::new(req, g.starts_in_thinking);
     let mut outs = Vec::new();
     let mut queued_secs = 0.0;
+    let mut logprobs = Vec::new();
     let summary = loop {
         match g.rx.recv().await {
             Some(Event::Started { queued_secs: q }) => queued_secs = q,
-            Some(Event::Delta { text, .. }) => outs.extend(post.push(&text)),
+            Some(Event::Delta {
+                text, logprobs: l, ..
+            }) => {
+                logprobs.extend(l);
+                outs.extend(post.push(&text));
+            }
             Some(Event::Done(s)) => break s,
             Some(Event::Error(e)) => return Err(ApiError::from_engine(e)),
             None => {
@@ -174,6 +222,7 @@ pub async fn collect(mut g: Generation, req: &ValidRequest) -> Result<Collected,
         calls: vec![],
         summary,
         queued_secs,
+        logprobs,
     };
     for o in outs {
         match o {

@@ -3,10 +3,12 @@
 //! [`serve`] runs it on a listener. Only this crate knows HTTP; it never touches tensors.
 
 pub mod anthropic_sse;
+pub mod choices;
 pub mod engine;
 pub mod error;
 pub mod event_stream;
 pub mod infer;
+pub mod logprobs;
 pub mod middleware;
 pub mod openai;
 pub mod responses_sse;

@@ -5,6 +5,7 @@ use dspark_engine::worker::Summary;
 use rand::Rng;
 use serde::Serialize;
 
+use crate::logprobs::{ChatLogprobs, TextLogprobs};
 use crate::tools::ToolCall;
 
 /// `n` random bytes as lowercase hex.
@@ -131,7 +132,7 @@ pub struct AssistantMessage {
 pub struct ChatChoice {
     pub index: usize,
     pub message: AssistantMessage,
-    pub logprobs: Option<()>,
+    pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: &'static str,
 }
 
@@ -162,7 +163,7 @@ pub struct Delta {
 pub struct ChunkChoice {
     pub index: usize,
     pub delta: Delta,
-    pub logprobs: Option<()>,
+    pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: Option<&'static str>,
 }
 
@@ -183,7 +184,7 @@ pub struct ChatChunk {
 pub struct TextChoice {
     pub index: usize,
     pub text: String,
-    pub logprobs: Option<()>,
+    pub logprobs: Option<TextLogprobs>,
     pub finish_reason: Option<&'static str>,
 }
 

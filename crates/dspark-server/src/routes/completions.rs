@@ -6,9 +6,11 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+use crate::choices::{add_usage, Plan};
 use crate::error::ApiError;
-use crate::infer::{collect, finish_reason, start};
-use crate::openai::{random_hex, unix_now, Completion, TextChoice, Usage, XDspark};
+use crate::infer::{collect, finish_reason, start, start_choice};
+use crate::logprobs::TextLogprobs;
+use crate::openai::{random_hex, unix_now, Completion, TextChoice, XDspark};
 use crate::sse::{respond, StreamMeta};
 use crate::validate::{parse_body, Kind};
 use crate::AppState;
@@ -32,22 +34,48 @@ pub async fn handler(
             include_usage: req.include_usage,
             kind: Kind::Completion,
         };
-        return Ok(respond(g, &req, meta, st.metrics.clone(), st.cfg.keep_alive).into_response());
+        let plan = Plan {
+            engine: st.engine.clone(),
+            req,
+            default_max: st.cfg.limits.default_max_tokens,
+        };
+        return Ok(respond(g, plan, meta, st.metrics.clone(), st.cfg.keep_alive).into_response());
     }
-    let c = collect(g, &req).await?;
-    st.metrics.record(&c.summary);
+    let plan = Plan {
+        engine: st.engine.clone(),
+        req: req.clone(),
+        default_max: st.cfg.limits.default_max_tokens,
+    };
+    let mut first = Some(g);
+    let mut choices = Vec::new();
+    let (mut usage, mut last) = (None, None);
+    for (prompt, i, index) in plan.choices() {
+        let g = match first.take() {
+            Some(g) => g,
+            None => start_choice(&st.engine, &req, &prompt, i, plan.default_max).await?,
+        };
+        let c = collect(g, &req).await?;
+        st.metrics.record(&c.summary);
+        add_usage(&mut usage, &c.summary, i == 0);
+        choices.push(TextChoice {
+            index,
+            text: c.reasoning.clone() + &c.content,
+            logprobs: req
+                .sampling
+                .logprobs
+                .map(|_| TextLogprobs::new(&c.logprobs, &mut 0)),
+            finish_reason: Some(finish_reason(&c.summary, false)),
+        });
+        last = Some(c);
+    }
+    let c = last.expect("at least one choice");
     let resp = Completion {
         id,
         object: "text_completion",
         created: unix_now(),
         model,
-        choices: vec![TextChoice {
-            index: 0,
-            text: c.reasoning + &c.content,
-            logprobs: None,
-            finish_reason: Some(finish_reason(&c.summary, false)),
-        }],
-        usage: Some(Usage::from_summary(&c.summary)),
+        choices,
+        usage,
         x_dspark: Some(XDspark::from_summary(&mode, &c.summary, c.queued_secs)),
     };
     Ok(Json(resp).into_response())

@@ -67,6 +67,7 @@ impl ValidationError {
 
 mod chat;
 pub mod messages;
+pub mod outputs;
 pub mod responses;
 
 type VResult<T> = Result<T, ValidationError>;
@@ -100,6 +101,10 @@ pub struct ValidRequest {
     pub stream: bool,
     pub include_usage: bool,
     pub tools: ToolMode,
+    /// Choices per prompt (`n`); choice `i` of a seeded request uses seed `seed + i`.
+    pub n: usize,
+    /// Completions only: the prompts after `prompt` when a list was sent.
+    pub more_prompts: Vec<Prompt>,
 }
 
 /// Parses the body bytes of a chat or completions request.
@@ -198,14 +203,7 @@ pub fn validate(o: &Map<String, Json>, kind: Kind, limits: &Limits) -> VResult<V
                 .ok_or_else(|| ty("seed", "an integer"))?,
         ),
     };
-    if let Some(n) = opt_uint(o, "n")? {
-        if n != 1 {
-            return Err(ValidationError::Unsupported {
-                param: "n".into(),
-                msg: "only n = 1 is supported",
-            });
-        }
-    }
+    let n = outputs::n(o)?;
     let stop = parse_stop(o, limits)?;
     let stream = opt_bool(o, "stream")?.unwrap_or(false);
     let include_usage = match field(o, "stream_options") {
@@ -233,12 +231,22 @@ pub fn validate(o: &Map<String, Json>, kind: Kind, limits: &Limits) -> VResult<V
             "in (0, 10]",
         )?
         .unwrap_or(1.0),
+        logit_bias: outputs::logit_bias(o)?,
+        logprobs: outputs::logprobs(o, kind == Kind::Chat)?,
         ..Default::default()
     };
     reject_unsupported(o)?;
+    let mut more_prompts = Vec::new();
     let (prompt, tools) = match kind {
         Kind::Chat => chat::chat_prompt(o, limits)?,
-        Kind::Completion => (Prompt::Text(completion_prompt(o)?), ToolMode::Off),
+        Kind::Completion => {
+            let mut texts = outputs::completion_prompts(o)?.into_iter();
+            let first = texts.next().unwrap_or_default();
+            for t in texts {
+                more_prompts.push(Prompt::Text(completion_prompt(t)?));
+            }
+            (Prompt::Text(completion_prompt(first)?), ToolMode::Off)
+        }
     };
     Ok(ValidRequest {
         kind,
@@ -250,6 +258,8 @@ pub fn validate(o: &Map<String, Json>, kind: Kind, limits: &Limits) -> VResult<V
         stream,
         include_usage,
         tools,
+        n,
+        more_prompts,
     })
 }
 
@@ -261,26 +271,6 @@ fn reject_unsupported(o: &Map<String, Json>) -> VResult<()> {
         param: param.into(),
         msg,
     };
-    match field(o, "logit_bias") {
-        None | Some(Json::Null) => {}
-        Some(Json::Object(m)) if m.is_empty() => {}
-        Some(Json::Object(_)) => {
-            return Err(unsupported("logit_bias", "is not supported yet"));
-        }
-        Some(_) => return Err(ty("logit_bias", "an object")),
-    }
-    match field(o, "logprobs") {
-        None | Some(Json::Null) | Some(Json::Bool(false)) => {}
-        // completions' `logprobs` is a count; chat's a boolean
-        Some(Json::Number(n)) if n.as_u64() == Some(0) => {}
-        Some(Json::Bool(true)) | Some(Json::Number(_)) => {
-            return Err(unsupported("logprobs", "is not supported yet"));
-        }
-        Some(_) => return Err(ty("logprobs", "a boolean")),
-    }
-    if opt_uint(o, "top_logprobs")?.is_some_and(|n| n > 0) {
-        return Err(unsupported("top_logprobs", "is not supported yet"));
-    }
     match field(o, "response_format") {
         None | Some(Json::Null) => {}
         Some(Json::Object(f)) => match f.get("type").and_then(Json::as_str) {
@@ -326,27 +316,8 @@ fn parse_stop(o: &Map<String, Json>, limits: &Limits) -> VResult<Vec<String>> {
     Ok(stops)
 }
 
-fn completion_prompt(o: &Map<String, Json>) -> VResult<String> {
-    let expected = "a string or a list of one string";
-    let p = match field(o, "prompt") {
-        None => {
-            return Err(ValidationError::Missing {
-                param: "prompt".into(),
-            })
-        }
-        Some(Json::String(s)) => s.clone(),
-        Some(Json::Array(a)) => match a.as_slice() {
-            [Json::String(s)] => s.clone(),
-            [_] | [] => return Err(ty("prompt", expected)),
-            _ => {
-                return Err(ValidationError::Unsupported {
-                    param: "prompt".into(),
-                    msg: "batched prompts are not supported",
-                })
-            }
-        },
-        Some(_) => return Err(ty("prompt", expected)),
-    };
+/// One completions prompt (of the list [`outputs::completion_prompts`] parsed), checked.
+fn completion_prompt(p: String) -> VResult<String> {
     if p.is_empty() {
         return Err(ValidationError::Range {
             param: "prompt".into(),
@@ -414,7 +385,7 @@ mod tests {
                 "stream",
                 "invalid_type",
             ),
-            (json!({"messages": m, "n": 2}), "n", "unsupported_parameter"),
+            (json!({"messages": m, "n": 0}), "n", "invalid_value"),
             (json!({"messages": "hi"}), "messages", "invalid_type"),
             (json!({"messages": []}), "messages", "invalid_value"),
             (
@@ -484,9 +455,6 @@ mod tests {
     fn fields_we_cannot_honour_are_refused_not_ignored() {
         let m = json!([{"role": "user", "content": "hi"}]);
         for (k, v) in [
-            ("logit_bias", json!({"42": 5})),
-            ("logprobs", json!(true)),
-            ("top_logprobs", json!(3)),
             ("response_format", json!({"type": "json_object"})),
             (
                 "response_format",
@@ -548,8 +516,10 @@ mod tests {
                 .param(),
             Some("prompt")
         );
+        let two = check(json!({"prompt": ["a", "b"], "n": 2}), Kind::Completion).unwrap();
+        assert_eq!((two.more_prompts.len(), two.n), (1, 2));
         assert_eq!(
-            check(json!({"prompt": ["a", "b"]}), Kind::Completion)
+            check(json!({"prompt": [[1, 2]]}), Kind::Completion)
                 .unwrap_err()
                 .code(),
             "unsupported_parameter"
