@@ -10,7 +10,9 @@ import pytest
 from conftest import API_KEY, Server
 
 QUESTION = "Name three colors."
-MAX = 24
+# long enough that the drafter is rejected at some positions (accept_len 4.78 here, not 5)
+SPEC_QUESTION = "Explain how rain forms."
+SPEC_MAX = 40
 
 
 @pytest.fixture(scope="module")
@@ -29,16 +31,19 @@ def claude(server, **kw):
 # ---- real model: SDK shapes and speculative == baseline ----
 
 def test_spec_on_new_routes_equals_baseline_chat(real_server, baseline_server):
+    convo = [{"role": "user", "content": SPEC_QUESTION}]
     base = baseline_server.client().chat.completions.create(
-        model="demo", messages=[{"role": "user", "content": QUESTION}], max_tokens=MAX, temperature=0)
+        model="demo", messages=convo, max_tokens=SPEC_MAX, temperature=0)
     want = base.choices[0].message.content
-    assert want
+    assert want and base.usage.completion_tokens == SPEC_MAX
     oa = real_server.client()
-    r = oa.responses.create(model="demo", input=QUESTION, max_output_tokens=MAX, temperature=0)
+    r = oa.responses.create(model="demo", input=SPEC_QUESTION, max_output_tokens=SPEC_MAX, temperature=0)
     assert r.output_text == want
-    m = claude(real_server).messages.create(
-        model="demo", max_tokens=MAX, messages=[{"role": "user", "content": QUESTION}])
-    assert m.content[0].text == want
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    m = claude(real_server).messages.create(model="demo", max_tokens=SPEC_MAX, messages=convo)
+    assert m.content[0].text == want and m.stop_reason == "max_tokens"
+    with claude(real_server).messages.stream(model="demo", max_tokens=SPEC_MAX, messages=convo) as s:
+        assert "".join(s.text_stream) == want
     # usage agrees with the chat route's for the same conversation
     assert r.usage.input_tokens == base.usage.prompt_tokens
     assert m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0) == base.usage.prompt_tokens
