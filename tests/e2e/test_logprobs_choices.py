@@ -20,7 +20,9 @@ def test_chat_logprobs_parsed_by_sdk(real_server):
     chunks = list(c.chat.completions.create(model="demo", messages=USER, max_tokens=8, logprobs=True,
                                             top_logprobs=4, stream=True))
     streamed = [e for ch in chunks if ch.choices and ch.choices[0].logprobs for e in ch.choices[0].logprobs.content]
-    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in lp]
+    # the second request reuses the cached prompt prefix (a shorter prefill): equal up to rounding
+    assert [e.token for e in streamed] == [e.token for e in lp]
+    assert max(abs(a.logprob - b.logprob) for a, b in zip(streamed, lp)) < 1e-4
 
 
 def test_completion_logprobs_and_prompt_list(real_server):
