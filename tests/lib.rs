@@ -1,6 +1,7 @@
 //! Helpers shared by the cross-crate tests: fixture paths, golden-file loading and the
 //! backend the shared golden suite runs on (`DSPARK_BACKEND`, see [`selected_backend`]).
 
+pub mod recorder;
 pub mod stats;
 
 use std::path::PathBuf;

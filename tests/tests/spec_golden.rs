@@ -4,84 +4,16 @@
 //! overshoot `max_new_tokens` by a block; we never do, so we compare our rounds as a prefix.
 //! Runs on the backend of `DSPARK_BACKEND` (candle, or MLX with the `mlx` feature).
 
-use std::cell::RefCell;
-use std::rc::Rc;
-
 use dspark_engine::backend::Backend;
 use dspark_engine::drafters::{load_dflash, load_dspark};
-use dspark_engine::error::EngineError;
 use dspark_engine::generate::{GenParams, GenResult};
 use dspark_engine::model::open_checkpoint;
 use dspark_engine::model::transformer::Transformer;
 use dspark_engine::sampling::SamplingParams;
-use dspark_engine::spec::{decode, Drafter, DrafterState, Proposal, SpecParams};
+use dspark_engine::spec::{decode, Drafter, SpecParams};
+use dspark_tests::recorder::Recorder;
 use dspark_tests::{as_u32s, fixture, golden, on_backend};
-use rand::RngCore;
 use serde_json::Value;
-
-/// Forwards to a drafter and records every proposal.
-struct Recorder<'a, B: Backend> {
-    inner: &'a mut dyn Drafter<B>,
-    log: Rc<RefCell<Vec<Vec<u32>>>>,
-}
-
-impl<B: Backend> Drafter<B> for Recorder<'_, B> {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-    fn block_len(&self) -> usize {
-        self.inner.block_len()
-    }
-    fn taps(&self) -> &[usize] {
-        self.inner.taps()
-    }
-    fn prefill(
-        &mut self,
-        t: &[u32],
-        s: usize,
-        taps: Option<&<B as Backend>::Tensor>,
-    ) -> Result<(), EngineError> {
-        self.inner.prefill(t, s, taps)
-    }
-    fn propose(
-        &mut self,
-        target: &Transformer<B>,
-        pending: u32,
-        pos: usize,
-        max: usize,
-        spec: &SpecParams,
-        sampling: &SamplingParams,
-        rng: &mut dyn RngCore,
-    ) -> Result<Proposal, EngineError> {
-        let p = self
-            .inner
-            .propose(target, pending, pos, max, spec, sampling, rng)?;
-        let mut fed = vec![pending];
-        fed.extend_from_slice(&p.tokens);
-        self.log.borrow_mut().push(fed);
-        Ok(p)
-    }
-    fn commit(
-        &mut self,
-        t: &[u32],
-        pos: usize,
-        taps: Option<&<B as Backend>::Tensor>,
-    ) -> Result<(), EngineError> {
-        self.inner.commit(t, pos, taps)
-    }
-    fn truncate(&mut self, len: usize) {
-        self.inner.truncate(len)
-    }
-    fn len(&self) -> usize {
-        self.inner.len()
-    }
-    fn take_state(&mut self) -> DrafterState<B> {
-        self.inner.take_state()
-    }
-    fn put_state(&mut self, s: DrafterState<B>) {
-        self.inner.put_state(s)
-    }
-}
 
 fn target<B: Backend>(b: &B) -> Transformer<B> {
     let ck = open_checkpoint(&fixture("spec/models/target")).unwrap();
@@ -95,11 +27,7 @@ fn run<B: Backend>(
     max_new: usize,
     thr: f32,
 ) -> (GenResult, Vec<Vec<u32>>) {
-    let log = Rc::new(RefCell::new(Vec::new()));
-    let mut rec = Recorder {
-        inner: d,
-        log: log.clone(),
-    };
+    let mut rec = Recorder::new(d);
     rec.truncate(0);
     let params = GenParams {
         max_new_tokens: max_new,
@@ -120,7 +48,7 @@ fn run<B: Backend>(
         &mut Vec::new(),
     )
     .unwrap();
-    let rounds = log.borrow().clone();
+    let rounds = rec.rounds();
     (r, rounds)
 }
 
