@@ -254,3 +254,41 @@ fn token_is_sent_to_a_hub_that_demands_one() {
         srv.hub.file("model.safetensors").sha256()
     );
 }
+
+#[test]
+fn cancel_mid_file_keeps_the_part_and_the_next_pull_resumes_it() {
+    let hub = Hub::tiny_qwen3();
+    let config = hub.file("config.json").bytes.len() as u64;
+    let size = hub.file("model.safetensors").bytes.len() as u64;
+    let want = hub.file("model.safetensors").sha256();
+    // the model stalls at 300,000 bytes until the pull is cancelled
+    let (tx, _rx) = std::sync::mpsc::channel();
+    *hub.stall_after.lock().unwrap() = Some(("model.safetensors".into(), 300_000, tx));
+    let srv = start(hub);
+    let cache = tempfile::tempdir().unwrap();
+    let cancel = CancelAfter {
+        after: config + 1,
+        seen: Default::default(),
+    };
+    let err = pull(REPO, &opts(&srv.endpoint, cache.path(), 0), &cancel).unwrap_err();
+    assert!(matches!(err, HubError::Cancelled), "{err}");
+    let seen = cancel.seen.into_inner();
+    assert_eq!(seen, config + 300_000, "every byte written was reported");
+    let part = repo_folder(cache.path(), REPO)
+        .join("blobs")
+        .join(format!("{want}.incomplete"));
+    assert_eq!(fs::metadata(&part).unwrap().len(), 300_000);
+
+    *srv.hub.stall_after.lock().unwrap() = None;
+    let got = pull(REPO, &opts(&srv.endpoint, cache.path(), 0), &NoProgress).unwrap();
+    assert_eq!(
+        got.fetched_bytes,
+        size - 300_000,
+        "only the tail is fetched"
+    );
+    assert_eq!(
+        srv.hub.file_requests().last().unwrap(),
+        &("model.safetensors".to_string(), 300_000)
+    );
+    assert_eq!(sha256_of(&got.snapshot.join("model.safetensors")), want);
+}
