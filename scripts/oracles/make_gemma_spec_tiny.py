@@ -56,6 +56,8 @@ ROPE = {
 }
 WEAK = 0.7               # post-attention / post-feedforward norm weights of the target
 ALPHA = 1.0               # DSpark Markov alignment strength
+LOUD = 40.0               # DFlash o_proj/down_proj scale: the layers outweigh the sqrt(H)-scaled
+                          # embedding, else every slot drafts the mask token back
 
 
 def rms_rows(x, g, eps=1e-6):
@@ -175,12 +177,12 @@ def make_dflash(seed):
         w[f"{p}.self_attn.q_proj.weight"] = mt.linear(r, NH * HD, H, 2.0)
         w[f"{p}.self_attn.k_proj.weight"] = mt.linear(r, KV * HD, H, 2.0)
         w[f"{p}.self_attn.v_proj.weight"] = mt.linear(r, KV * HD, H, 2.0)
-        w[f"{p}.self_attn.o_proj.weight"] = mt.linear(r, H, NH * HD, 2.0)
+        w[f"{p}.self_attn.o_proj.weight"] = mt.linear(r, H, NH * HD, LOUD)
         w[f"{p}.self_attn.q_norm.weight"] = mt.norm_weight(r, HD)
         w[f"{p}.self_attn.k_norm.weight"] = mt.norm_weight(r, HD)
         w[f"{p}.mlp.gate_proj.weight"] = mt.linear(r, I, H, 2.0)
         w[f"{p}.mlp.up_proj.weight"] = mt.linear(r, I, H, 2.0)
-        w[f"{p}.mlp.down_proj.weight"] = mt.linear(r, H, I, 2.0)
+        w[f"{p}.mlp.down_proj.weight"] = mt.linear(r, H, I, LOUD)
         w[f"{p}.input_layernorm.weight"] = mt.norm_weight(r, H)
         w[f"{p}.post_attention_layernorm.weight"] = mt.norm_weight(r, H)
     w["norm.weight"] = mt.norm_weight(r, H)

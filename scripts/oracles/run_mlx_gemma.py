@@ -13,6 +13,12 @@ cut); DSpark with confidence_threshold 0.5; DSpark with a drafter that binds the
 embedding and head; DFlash (full block). Per round: the drafted ids, the ids fed to the
 verify forward and the accept lengths (the Recorder of run_mlx.py).
 
+Not covered: DFlash sliding-window layers. mlx-dspark's context cache (a RotatingKVCache of
+window - 1 rows) comes back in buffer order after a one-row append (e.g. positions
+[16, 10, .., 15]), and its positional window mask then hides the newest context row from block
+rows >= 1 instead of the oldest; the engine masks by position (what the window means), so the
+two differ from the first round that commits a single token.
+
 Writes tests/fixtures/spec/golden_mlx_gemma.json. Run with .venv-mlx (scripts/oracles/setup.sh).
 """
 from __future__ import annotations
