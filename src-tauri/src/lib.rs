@@ -42,16 +42,20 @@ pub fn configure<R: Runtime>(builder: Builder<R>, host: Arc<Host>) -> Builder<R>
         ])
 }
 
-/// What to load at start: the settings' model and mode, else the demo in draft mode.
+/// What to load at start: the settings' model and mode, else the defaults `dspark serve` uses
+/// (`dspark_hub::layers::defaults`), so an unset key means the same pipeline in both.
 pub fn initial_load(host: &Host) -> LoadRequest {
     let s = host.settings();
-    let model = s.model.unwrap_or_else(|| "demo".into());
+    let d = dspark_hub::layers::defaults();
+    let model = s
+        .model
+        .or(d.model)
+        .unwrap_or_else(|| dspark_hub::registry::DEMO.into());
     let mode = s.mode.unwrap_or_else(|| {
-        if model == "demo" {
-            "draft".into()
-        } else {
-            "dspark".into()
-        }
+        d.mode
+            .unwrap_or(dspark_hub::Mode::Baseline)
+            .as_str()
+            .into()
     });
     LoadRequest {
         model,

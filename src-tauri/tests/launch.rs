@@ -73,5 +73,23 @@ fn app_loader_and_serve_build_the_same_pipeline() {
         assert_eq!((p.spec.max_draft, p.spec.confidence_threshold), (3, 0.25));
         assert!(p.prefix_cache_info().enabled);
     }
+
+    // keys left unset take the same defaults in both (the app once chose its own mode)
+    std::fs::write(
+        &path,
+        format!("model = {:?}\n", m.join("target").display().to_string()),
+    )
+    .unwrap();
+    let merged = Layers::load(Settings::default(), Some(&path))
+        .unwrap()
+        .merged();
+    let serve = dspark_hub::launch::launch_spec(&merged, &NoProgress).unwrap();
+    let host = Host::new(path.clone());
+    let req = dspark_app::initial_load(&host);
+    let app = dspark_app::loader::launch_for(&path, &req, &NoProgress).unwrap();
+    assert_eq!(app, serve);
+    let d = dspark_hub::layers::defaults();
+    assert_eq!(app.spec.mode.as_str(), d.mode.unwrap().as_str());
+    assert_eq!(Some(app.spec.keep_quantized), d.keep_quantized);
     let _ = std::fs::remove_dir_all(dir);
 }

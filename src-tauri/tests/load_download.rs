@@ -31,6 +31,7 @@ fn fixture_hub() -> Hub {
         cut_after: Mutex::new(None),
         stall_after: Mutex::new(None),
         corrupt: Mutex::new(Vec::new()),
+        token: Mutex::new(None),
     }
 }
 
