@@ -51,12 +51,9 @@ pub fn initial_load(host: &Host) -> LoadRequest {
         .model
         .or(d.model)
         .unwrap_or_else(|| dspark_hub::registry::DEMO.into());
-    let mode = s.mode.unwrap_or_else(|| {
-        d.mode
-            .unwrap_or(dspark_hub::Mode::Baseline)
-            .as_str()
-            .into()
-    });
+    let mode = s
+        .mode
+        .unwrap_or_else(|| d.mode.unwrap_or(dspark_hub::Mode::Baseline).as_str().into());
     LoadRequest {
         model,
         mode,
