@@ -69,6 +69,40 @@ pub struct ServeArgs {
     /// Test hook: serve a scripted engine from this JSON file instead of a model.
     #[arg(long, hide = true)]
     pub scripted: Option<PathBuf>,
+    #[command(flatten)]
+    pub limits: RequestLimits,
+}
+
+/// Limits on each request; over them the answer is an OpenAI-shaped error.
+#[derive(Args, Debug, Clone)]
+pub struct RequestLimits {
+    /// Largest request body in bytes; larger gets 413.
+    #[arg(long, default_value_t = 8 << 20)]
+    pub max_body_bytes: usize,
+    /// Most header fields per request; more get 431 (hyper refuses over 100 on its own).
+    #[arg(long, default_value_t = 64)]
+    pub max_headers: usize,
+    /// Most bytes of header names and values per request; more get 431.
+    #[arg(long, default_value_t = 32 << 10)]
+    pub max_header_bytes: usize,
+    /// Most messages in one chat request; more get 400 (param `messages`).
+    #[arg(long, default_value_t = 2048)]
+    pub max_messages: usize,
+    /// Most bytes of text summed over a request's message contents (or its prompt); more get
+    /// 400 (param `messages` / `prompt`).
+    #[arg(long, default_value_t = 4 << 20)]
+    pub max_content_bytes: usize,
+}
+
+impl RequestLimits {
+    /// Writes these limits into the server config.
+    pub fn apply(&self, cfg: &mut ServerConfig) {
+        cfg.max_body_bytes = self.max_body_bytes;
+        cfg.max_headers = self.max_headers;
+        cfg.max_header_bytes = self.max_header_bytes;
+        cfg.limits.max_messages = self.max_messages;
+        cfg.limits.max_content_bytes = self.max_content_bytes;
+    }
 }
 
 impl ServeArgs {
@@ -174,6 +208,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     cfg.cors = Cors::from_list(&a.cors_origins);
     cfg.limits.thinking = merged.thinking.unwrap_or(true);
     cfg.limits.default_max_tokens = a.default_max_tokens.max(1);
+    a.limits.apply(&mut cfg);
     let auth = cfg.api_key.is_some();
     let thinking = cfg.limits.thinking;
     let info = engine.info().clone();

@@ -9,6 +9,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::contain::{check_revision, check_snapshot};
 use crate::HubError;
 
 /// The public hub, used unless `HF_ENDPOINT` says otherwise.
@@ -87,7 +88,7 @@ pub fn repo_folder(cache: &Path, repo: &str) -> PathBuf {
     cache.join(format!("models--{}", repo.replace('/', "--")))
 }
 
-fn check_repo_id(repo: &str) -> Result<(), HubError> {
+pub(crate) fn check_repo_id(repo: &str) -> Result<(), HubError> {
     let parts: Vec<&str> = repo.split('/').collect();
     let ok_part = |p: &str| {
         !p.is_empty()
@@ -108,26 +109,47 @@ pub(crate) fn is_commit(rev: &str) -> bool {
 }
 
 /// The snapshot of `repo@revision` already in the cache, without touching the network.
-pub fn cached_snapshot(cache: &Path, repo: &str, revision: &str) -> Option<PathBuf> {
+/// `Ok(None)` when it is not there; an error when the revision or the ref's content could
+/// climb out of the cache, or when the snapshot links outside it ([`check_snapshot`]).
+pub fn cached_snapshot(
+    cache: &Path,
+    repo: &str,
+    revision: &str,
+) -> Result<Option<PathBuf>, HubError> {
+    check_repo_id(repo)?;
+    check_revision(revision)?;
     let folder = repo_folder(cache, repo);
     let commit = if is_commit(revision) {
         revision.to_string()
     } else {
-        fs::read_to_string(folder.join("refs").join(revision))
-            .ok()?
-            .trim()
-            .to_string()
+        let r = folder.join("refs").join(revision);
+        let Ok(text) = fs::read_to_string(&r) else {
+            return Ok(None);
+        };
+        let commit = text.trim().to_string();
+        if !is_commit(&commit) {
+            return Err(HubError::UnsafePath {
+                path: r,
+                reason: format!("the ref holds {commit:?}, not a commit id"),
+            });
+        }
+        commit
     };
     let snap = folder.join("snapshots").join(commit);
-    snap.is_dir().then_some(snap)
+    if !snap.is_dir() {
+        return Ok(None);
+    }
+    check_snapshot(&folder, &snap)?;
+    Ok(Some(snap))
 }
 
 /// Downloads (or completes) `repo` at `opts.revision` into the HF cache and returns its snapshot.
 /// Offline, only the cache is consulted.
 pub fn pull(repo: &str, opts: &PullOptions, progress: &dyn Progress) -> Result<Pulled, HubError> {
     check_repo_id(repo)?;
+    check_revision(&opts.revision)?;
     if opts.offline {
-        return match cached_snapshot(&opts.cache, repo, &opts.revision) {
+        return match cached_snapshot(&opts.cache, repo, &opts.revision)? {
             Some(snapshot) => {
                 let commit = snapshot
                     .file_name()

@@ -2,6 +2,7 @@
 //! Hugging Face cache, LM Studio's folders), hub downloads with resume and integrity checks, the
 //! bundled demo model and the settings file. The only crate that touches the network.
 
+pub mod contain;
 pub mod demo;
 pub mod download;
 mod fetch;
@@ -70,4 +71,11 @@ pub enum HubError {
     Settings(#[from] settings::SettingsError),
     #[error("unexpected hub metadata from {url}: {message}")]
     Metadata { url: String, message: String },
+    /// A path that would lead outside where it must stay (a revision with `..`, a cached
+    /// snapshot linking outside the cache).
+    #[error("refusing {path}: {reason}")]
+    UnsafePath {
+        path: std::path::PathBuf,
+        reason: String,
+    },
 }

@@ -46,10 +46,15 @@ pub fn find_on_disk(repo: &str) -> Option<OnDisk> {
         let p = demo::demo_path();
         return p.is_file().then_some(OnDisk::Demo(p));
     }
+    crate::download::check_repo_id(repo).ok()?;
     if let Some(p) = lmstudio_path(repo) {
         return Some(OnDisk::LmStudio(p));
     }
-    cached_snapshot(&paths::hf_cache_dir(), repo, "main").map(OnDisk::HfCache)
+    // an unsafe snapshot is reported by `resolve_model_path`; here it is just not "on disk"
+    cached_snapshot(&paths::hf_cache_dir(), repo, "main")
+        .ok()
+        .flatten()
+        .map(OnDisk::HfCache)
 }
 
 fn looks_like_repo(spec: &str) -> bool {
@@ -104,6 +109,8 @@ pub fn resolve_model_path(
             "model `{spec}` not found: pass a model directory, a .gguf file, a hub repo id (ORG/NAME), a registry id (see `dspark models`) or `demo`"
         )));
     }
+    // `org/..` has the shape of a repo id but would name a folder above LM Studio's
+    crate::download::check_repo_id(repo)?;
     if let Some(p) = lmstudio_path(repo) {
         tracing::info!("using {repo} from LM Studio's folder {}", p.display());
         return Ok(p);
@@ -117,7 +124,7 @@ pub fn resolve_model_path(
             | HubError::Http {
                 status: 500..=599, ..
             }),
-        ) => match cached_snapshot(&opts.cache, repo, &opts.revision) {
+        ) => match cached_snapshot(&opts.cache, repo, &opts.revision)? {
             Some(snap) => {
                 tracing::warn!("{e}; using the cached snapshot {}", snap.display());
                 Ok(snap)

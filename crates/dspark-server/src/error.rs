@@ -31,6 +31,9 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("the request body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
+    /// Over `--max-headers` or `--max-header-bytes`.
+    #[error("the request headers exceed the limit: {0}")]
+    HeadersTooLarge(String),
     #[error("the request could not be processed: {0}")]
     Unprocessable(String),
     /// Generic message to the client; the chain is logged once where it is created.
@@ -49,6 +52,7 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ApiError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -60,7 +64,8 @@ impl ApiError {
             | ApiError::ContextOverflow { .. }
             | ApiError::Unprocessable(_)
             | ApiError::MethodNotAllowed
-            | ApiError::PayloadTooLarge(_) => "invalid_request_error",
+            | ApiError::PayloadTooLarge(_)
+            | ApiError::HeadersTooLarge(_) => "invalid_request_error",
             ApiError::Overloaded => "rate_limit_error",
             ApiError::Unauthorized => "authentication_error",
             ApiError::NotFound(_) => "not_found_error",
@@ -77,6 +82,7 @@ impl ApiError {
             ApiError::NotFound(_) => Some("not_found"),
             ApiError::MethodNotAllowed => Some("method_not_allowed"),
             ApiError::PayloadTooLarge(_) => Some("payload_too_large"),
+            ApiError::HeadersTooLarge(_) => Some("request_header_fields_too_large"),
             ApiError::Unprocessable(_) => Some("invalid_prompt"),
             ApiError::Internal { .. } => None,
         }

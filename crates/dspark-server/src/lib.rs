@@ -41,7 +41,12 @@ pub struct ServerConfig {
     pub api_key: Option<String>,
     pub cors: Cors,
     pub limits: Limits,
+    /// Request bodies over this get 413 (`--max-body-bytes`).
     pub max_body_bytes: usize,
+    /// Requests with more header fields get 431 (`--max-headers`).
+    pub max_headers: usize,
+    /// Requests whose header names and values sum to more bytes get 431 (`--max-header-bytes`).
+    pub max_header_bytes: usize,
     /// Interval of SSE keep-alive comments.
     pub keep_alive: Duration,
     /// Unix time reported as the model's `created`.
@@ -56,6 +61,8 @@ impl ServerConfig {
             cors: Cors::Local(vec![]),
             limits: Limits::default(),
             max_body_bytes: 8 << 20,
+            max_headers: 64,
+            max_header_bytes: 32 << 10,
             keep_alive: Duration::from_secs(15),
             created: openai::unix_now(),
         }
@@ -163,6 +170,10 @@ pub fn app_with_ui(state: AppState, ui: Router) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             middleware::cors,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            middleware::header_limits,
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -1,11 +1,14 @@
-//! Cross-cutting HTTP layers: CORS (preflight answered here, before auth), API-key auth on
-//! every route except OPTIONS and `/health`, and response-status counting for `/metrics`.
+//! Cross-cutting HTTP layers: header limits (431), CORS (preflight answered here, before auth),
+//! API-key auth on every route except OPTIONS and `/health` (constant-time key comparison),
+//! and response-status counting for `/metrics`.
 
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+
+use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
 use crate::AppState;
@@ -112,14 +115,19 @@ pub async fn cors(State(st): State<AppState>, req: Request, next: Next) -> Respo
     r
 }
 
-/// Constant-time comparison of the presented key.
+/// Whether the presented key equals the configured one, in time independent of where they
+/// differ and of either length: both are hashed with SHA-256 (so the loop below always runs
+/// over 32 bytes, whatever the lengths) and the digests are compared with an OR-fold over every
+/// byte, without an early exit. `black_box` keeps the optimizer from turning the fold into a
+/// short-circuiting comparison.
 fn key_matches(presented: &[u8], key: &[u8]) -> bool {
-    presented.len() == key.len()
-        && presented
-            .iter()
-            .zip(key)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
+    let a = Sha256::digest(presented);
+    let b = Sha256::digest(key);
+    let diff = a
+        .iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| std::hint::black_box(acc | (x ^ y)));
+    diff == 0
 }
 
 pub async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
@@ -142,6 +150,29 @@ pub async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Respo
         Some(p) if key_matches(p.as_bytes(), key.as_bytes()) => next.run(req).await,
         _ => ApiError::Unauthorized.into_response(),
     }
+}
+
+/// Refuses requests with more than `max_headers` header fields or more than `max_header_bytes`
+/// of header names and values, with an OpenAI-shaped 431. (hyper itself refuses more than 100
+/// fields or about 400 KiB of head with a bare 431 before this layer runs.)
+pub async fn header_limits(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let h = req.headers();
+    let (count, max_count) = (h.len(), st.cfg.max_headers);
+    let bytes: usize = h.iter().map(|(k, v)| k.as_str().len() + v.len()).sum();
+    let max_bytes = st.cfg.max_header_bytes;
+    if count > max_count {
+        return ApiError::HeadersTooLarge(format!(
+            "{count} header fields; this server accepts at most {max_count}"
+        ))
+        .into_response();
+    }
+    if bytes > max_bytes {
+        return ApiError::HeadersTooLarge(format!(
+            "{bytes} bytes of header names and values; this server accepts at most {max_bytes}"
+        ))
+        .into_response();
+    }
+    next.run(req).await
 }
 
 pub async fn count_status(State(st): State<AppState>, req: Request, next: Next) -> Response {
@@ -182,5 +213,38 @@ mod tests {
         assert!(key_matches(b"abc", b"abc"));
         assert!(!key_matches(b"abd", b"abc"));
         assert!(!key_matches(b"ab", b"abc"));
+        assert!(!key_matches(b"abcd", b"abc"));
+        assert!(!key_matches(b"", b"abc"));
+        // a difference in the last byte only, and in the first only
+        assert!(!key_matches(b"sk-secret-key-1", b"sk-secret-key-2"));
+        assert!(!key_matches(b"Xk-secret-key-1", b"sk-secret-key-1"));
+    }
+
+    /// The comparison's time does not depend on where the keys differ: the median over many
+    /// runs of a mismatch in the first byte and one in the last byte agree within noise (a
+    /// byte-wise early exit on a 4 KiB key would make them differ by the whole scan).
+    #[test]
+    fn key_comparison_time_does_not_depend_on_the_mismatch_position() {
+        let key = vec![b'k'; 4096];
+        let mut first = key.clone();
+        first[0] = b'x';
+        let mut last = key.clone();
+        last[4095] = b'x';
+        let median = |p: &[u8]| {
+            let mut t: Vec<u128> = (0..301)
+                .map(|_| {
+                    let s = std::time::Instant::now();
+                    std::hint::black_box(key_matches(std::hint::black_box(p), &key));
+                    s.elapsed().as_nanos()
+                })
+                .collect();
+            t.sort_unstable();
+            t[t.len() / 2] as f64
+        };
+        // warm up, then measure interleaved
+        median(&first);
+        let (a, b) = (median(&first), median(&last));
+        let ratio = a.max(b) / a.min(b).max(1.0);
+        assert!(ratio < 2.0, "first-byte {a} ns vs last-byte {b} ns");
     }
 }

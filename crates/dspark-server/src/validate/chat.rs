@@ -23,6 +23,7 @@ pub(super) fn chat_prompt(o: &Map<String, Json>, limits: &Limits) -> VResult<(Pr
         Some(Json::Array(a)) => a,
         Some(_) => return Err(ty("messages", "a list of message objects")),
     };
+    check_size(msgs, limits)?;
     for (i, m) in msgs.iter().enumerate() {
         check_message(i, m)?;
     }
@@ -70,6 +71,40 @@ pub(super) fn chat_prompt(o: &Map<String, Json>, limits: &Limits) -> VResult<(Pr
         },
         mode,
     ))
+}
+
+/// The message count and the total text size against the server's limits (checked before
+/// anything else looks at the messages, so an oversized request costs one pass).
+fn check_size(msgs: &[Json], limits: &Limits) -> VResult<()> {
+    if msgs.len() > limits.max_messages {
+        return Err(ValidationError::OverLimit {
+            param: "messages".into(),
+            unit: "messages",
+            got: msgs.len(),
+            max: limits.max_messages,
+            code: "array_above_max_length",
+        });
+    }
+    let text = |v: &Json| match v {
+        Json::String(s) => s.len(),
+        Json::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Json::as_str))
+            .map(str::len)
+            .sum(),
+        _ => 0,
+    };
+    let total: usize = msgs.iter().filter_map(|m| m.get("content")).map(text).sum();
+    if total > limits.max_content_bytes {
+        return Err(ValidationError::OverLimit {
+            param: "messages".into(),
+            unit: "bytes of content",
+            got: total,
+            max: limits.max_content_bytes,
+            code: "string_above_max_length",
+        });
+    }
+    Ok(())
 }
 
 fn check_message(i: usize, m: &Json) -> VResult<()> {

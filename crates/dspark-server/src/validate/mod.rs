@@ -13,6 +13,10 @@ pub struct Limits {
     /// Thinking default of the template (`--no-thinking` sets false).
     pub thinking: bool,
     pub max_stops: usize,
+    /// Most messages in one chat request (`--max-messages`; OpenAI's own limit is 2048).
+    pub max_messages: usize,
+    /// Most bytes of text, summed over every message's content (`--max-content-bytes`).
+    pub max_content_bytes: usize,
 }
 
 impl Default for Limits {
@@ -21,6 +25,8 @@ impl Default for Limits {
             default_max_tokens: 2048,
             thinking: true,
             max_stops: 16,
+            max_messages: 2048,
+            max_content_bytes: 4 << 20,
         }
     }
 }
@@ -42,6 +48,15 @@ pub enum ValidationError {
     Range { param: String, rule: &'static str },
     #[error("`{param}`: {msg}")]
     Unsupported { param: String, msg: &'static str },
+    /// Over a server limit (`--max-messages`, `--max-content-bytes`).
+    #[error("`{param}` has {got} {unit}; this server accepts at most {max}")]
+    OverLimit {
+        param: String,
+        unit: &'static str,
+        got: usize,
+        max: usize,
+        code: &'static str,
+    },
 }
 
 impl ValidationError {
@@ -51,7 +66,8 @@ impl ValidationError {
             ValidationError::Missing { param }
             | ValidationError::Type { param, .. }
             | ValidationError::Range { param, .. }
-            | ValidationError::Unsupported { param, .. } => Some(param),
+            | ValidationError::Unsupported { param, .. }
+            | ValidationError::OverLimit { param, .. } => Some(param),
         }
     }
     pub fn code(&self) -> &'static str {
@@ -61,6 +77,7 @@ impl ValidationError {
             ValidationError::Type { .. } => "invalid_type",
             ValidationError::Range { .. } => "invalid_value",
             ValidationError::Unsupported { .. } => "unsupported_parameter",
+            ValidationError::OverLimit { code, .. } => code,
         }
     }
 }
@@ -243,9 +260,12 @@ pub fn validate(o: &Map<String, Json>, kind: Kind, limits: &Limits) -> VResult<V
             let mut texts = outputs::completion_prompts(o)?.into_iter();
             let first = texts.next().unwrap_or_default();
             for t in texts {
-                more_prompts.push(Prompt::Text(completion_prompt(t)?));
+                more_prompts.push(Prompt::Text(completion_prompt(t, limits)?));
             }
-            (Prompt::Text(completion_prompt(first)?), ToolMode::Off)
+            (
+                Prompt::Text(completion_prompt(first, limits)?),
+                ToolMode::Off,
+            )
         }
     };
     Ok(ValidRequest {
@@ -317,7 +337,16 @@ fn parse_stop(o: &Map<String, Json>, limits: &Limits) -> VResult<Vec<String>> {
 }
 
 /// One completions prompt (of the list [`outputs::completion_prompts`] parsed), checked.
-fn completion_prompt(p: String) -> VResult<String> {
+fn completion_prompt(p: String, limits: &Limits) -> VResult<String> {
+    if p.len() > limits.max_content_bytes {
+        return Err(ValidationError::OverLimit {
+            param: "prompt".into(),
+            unit: "bytes",
+            got: p.len(),
+            max: limits.max_content_bytes,
+            code: "string_above_max_length",
+        });
+    }
     if p.is_empty() {
         return Err(ValidationError::Range {
             param: "prompt".into(),
@@ -527,6 +556,50 @@ mod tests {
         assert_eq!(
             check(json!({}), Kind::Completion).unwrap_err().code(),
             "missing_required_parameter"
+        );
+    }
+
+    #[test]
+    fn message_count_and_content_size_are_limited() {
+        let limits = Limits {
+            max_messages: 3,
+            max_content_bytes: 10,
+            ..Limits::default()
+        };
+        let msg = |c: &str| json!({"role": "user", "content": c});
+        let run = |b: Json, k: Kind| validate(b.as_object().unwrap(), k, &limits);
+        assert!(run(
+            json!({"messages": [msg("a"), msg("b"), msg("c")]}),
+            Kind::Chat
+        )
+        .is_ok());
+        let e = run(
+            json!({"messages": [msg("a"), msg("b"), msg("c"), msg("d")]}),
+            Kind::Chat,
+        )
+        .unwrap_err();
+        assert_eq!(
+            (e.param(), e.code()),
+            (Some("messages"), "array_above_max_length")
+        );
+        assert!(e.to_string().contains("4 messages") && e.to_string().contains("at most 3"));
+        // 10 bytes pass; 11 bytes, split over a string and a text part, do not
+        assert!(run(
+            json!({"messages": [msg("12345"), msg("67890")]}),
+            Kind::Chat
+        )
+        .is_ok());
+        let parts = json!({"role": "user", "content": [{"type": "text", "text": "678901"}]});
+        let e = run(json!({"messages": [msg("12345"), parts]}), Kind::Chat).unwrap_err();
+        assert_eq!(
+            (e.param(), e.code()),
+            (Some("messages"), "string_above_max_length")
+        );
+        assert!(run(json!({"prompt": "0123456789"}), Kind::Completion).is_ok());
+        let e = run(json!({"prompt": "0123456789a"}), Kind::Completion).unwrap_err();
+        assert_eq!(
+            (e.param(), e.code()),
+            (Some("prompt"), "string_above_max_length")
         );
     }
 
