@@ -11,4 +11,8 @@ fi
 if ! "$VENV/bin/python" -c "import openai, anthropic, pytest" 2>/dev/null; then
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "openai>=1.40,<3" "anthropic==2.10.0" "pytest>=8,<10"
 fi
+# schemathesis: property-based checks of the served OpenAPI description (tests/e2e/test_openapi.py)
+if ! "$VENV/bin/python" -c "import schemathesis" 2>/dev/null; then
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "schemathesis==4.32.5"
+fi
 "$VENV/bin/python" -c "import openai, anthropic, pytest; print('e2e venv: openai', openai.__version__, '/ anthropic', anthropic.__version__, '/ pytest', pytest.__version__)"

@@ -4,8 +4,8 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use dspark_engine::EngineError;
-use serde_json::json;
 
+use crate::openapi::{ErrorBody, ErrorObject};
 use crate::validate::ValidationError;
 
 /// Seconds a client is asked to wait after a 429.
@@ -98,12 +98,15 @@ impl ApiError {
 
     /// The JSON body, shared by responses and SSE error events.
     pub fn body(&self) -> serde_json::Value {
-        json!({"error": {
-            "message": self.to_string(),
-            "type": self.kind(),
-            "param": self.param(),
-            "code": self.code(),
-        }})
+        let body = ErrorBody {
+            error: ErrorObject {
+                message: self.to_string(),
+                kind: self.kind().to_owned(),
+                param: self.param(),
+                code: self.code().map(str::to_owned),
+            },
+        };
+        serde_json::to_value(body).unwrap_or_default()
     }
 
     /// Maps an engine error; internal failures are logged here with a request id.

@@ -11,6 +11,7 @@ pub mod infer;
 pub mod logprobs;
 pub mod middleware;
 pub mod openai;
+pub mod openapi;
 pub mod responses_sse;
 pub mod routes;
 pub mod scripted;
@@ -159,6 +160,7 @@ pub fn app_with_ui(state: AppState, ui: Router) -> Router {
         .route("/models", get(routes::models::list))
         .route("/v1/models/{id}", get(routes::models::get))
         .route("/health", get(routes::health::health))
+        .route("/openapi.json", get(openapi::handler))
         .route("/metrics", get(routes::metrics::handler))
         .method_not_allowed_fallback(routes::health::method_not_allowed)
         .fallback_service(ui)

@@ -1,5 +1,6 @@
 //! Cross-cutting HTTP layers: header limits (431), CORS (preflight answered here, before auth),
-//! API-key auth on every route except OPTIONS and `/health` (constant-time key comparison),
+//! API-key auth on every route except OPTIONS, `/health` and `/openapi.json` (constant-time key
+//! comparison),
 //! and response-status counting for `/metrics`.
 
 use axum::body::Body;
@@ -134,7 +135,8 @@ pub async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Respo
     let Some(key) = st.live.api_key() else {
         return next.run(req).await;
     };
-    if req.method() == Method::OPTIONS || req.uri().path() == "/health" {
+    // the API description holds nothing secret; clients fetch it before they have a key
+    if req.method() == Method::OPTIONS || matches!(req.uri().path(), "/health" | "/openapi.json") {
         return next.run(req).await;
     }
     let presented = req

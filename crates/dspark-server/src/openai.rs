@@ -22,12 +22,12 @@ pub fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(utoipa::ToSchema, Serialize, Clone, Debug, PartialEq)]
 pub struct PromptDetails {
     pub cached_tokens: usize,
 }
 
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(utoipa::ToSchema, Serialize, Clone, Debug, PartialEq)]
 pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
@@ -50,7 +50,7 @@ impl Usage {
 }
 
 /// Speculative-decoding statistics of one response.
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(utoipa::ToSchema, Serialize, Clone, Debug, PartialEq)]
 pub struct XDspark {
     pub mode: String,
     /// Mean tokens committed per target forward round (3 decimals).
@@ -88,13 +88,13 @@ impl XDspark {
     }
 }
 
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(utoipa::ToSchema, Serialize, Clone, Debug, PartialEq)]
 pub struct FunctionCall {
     pub name: String,
     pub arguments: String,
 }
 
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(utoipa::ToSchema, Serialize, Clone, Debug, PartialEq)]
 pub struct WireToolCall {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub index: Option<usize>,
@@ -118,7 +118,7 @@ impl WireToolCall {
     }
 }
 
-#[derive(Serialize, Debug)]
+#[derive(utoipa::ToSchema, Serialize, Debug)]
 pub struct AssistantMessage {
     pub role: &'static str,
     pub content: Option<String>,
@@ -128,15 +128,16 @@ pub struct AssistantMessage {
     pub tool_calls: Option<Vec<WireToolCall>>,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(utoipa::ToSchema, Serialize, Debug)]
 pub struct ChatChoice {
     pub index: usize,
     pub message: AssistantMessage,
+    #[schema(value_type = Option<Object>)]
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: &'static str,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(utoipa::ToSchema, Serialize, Debug)]
 pub struct ChatCompletion {
     pub id: String,
     pub object: &'static str,
@@ -147,7 +148,7 @@ pub struct ChatCompletion {
     pub x_dspark: XDspark,
 }
 
-#[derive(Serialize, Debug, Default)]
+#[derive(utoipa::ToSchema, Serialize, Debug, Default)]
 pub struct Delta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
@@ -159,15 +160,16 @@ pub struct Delta {
     pub tool_calls: Option<Vec<WireToolCall>>,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(utoipa::ToSchema, Serialize, Debug)]
 pub struct ChunkChoice {
     pub index: usize,
     pub delta: Delta,
+    #[schema(value_type = Option<Object>)]
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: Option<&'static str>,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(utoipa::ToSchema, Serialize, Debug)]
 pub struct ChatChunk {
     pub id: String,
     pub object: &'static str,
@@ -180,16 +182,17 @@ pub struct ChatChunk {
     pub x_dspark: Option<XDspark>,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(utoipa::ToSchema, Serialize, Debug)]
 pub struct TextChoice {
     pub index: usize,
     pub text: String,
+    #[schema(value_type = Option<Object>)]
     pub logprobs: Option<TextLogprobs>,
     pub finish_reason: Option<&'static str>,
 }
 
 /// `text_completion` objects, whole or as stream chunks (same object name, as OpenAI does).
-#[derive(Serialize, Debug)]
+#[derive(utoipa::ToSchema, Serialize, Debug)]
 pub struct Completion {
     pub id: String,
     pub object: &'static str,

@@ -5,16 +5,19 @@ use axum::extract::State;
 use axum::http::Uri;
 use axum::response::Html;
 use axum::Json;
-use serde_json::{json, Value};
 
 use crate::error::ApiError;
+use crate::openapi::Health;
 use crate::AppState;
 
-pub async fn health(State(st): State<AppState>) -> Json<Value> {
+pub async fn health(State(st): State<AppState>) -> Json<Health> {
     let info = st.engine.info();
-    Json(
-        json!({"status": "ok", "model": st.cfg.model_id, "mode": info.mode, "drafter": info.drafter}),
-    )
+    Json(Health {
+        status: "ok",
+        model: st.cfg.model_id.clone(),
+        mode: info.mode.clone(),
+        drafter: info.drafter.clone(),
+    })
 }
 
 /// `GET`/`HEAD /` until the web UI lands.
