@@ -301,3 +301,35 @@ async fn count_tokens_matches_the_prompt_usage() {
     let v = post(&app, "/v1/messages", b).await.json();
     assert_eq!(v["usage"]["input_tokens"], n);
 }
+
+#[tokio::test]
+async fn queue_full_is_a_429_rate_limit_error_with_retry_after() {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let script = Script {
+        queue: 0,
+        ..Script::replying("x")
+    };
+    let (app, engine) = setup(script, |_| {});
+    engine.hold();
+    // a streamed request is accepted and parked inside the engine
+    let body = json!({"max_tokens": 5, "messages": user("a"), "stream": true}).to_string();
+    let first = app
+        .clone()
+        .oneshot(request("POST", "/v1/messages", body, &[]))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let r = post(
+        &app,
+        "/v1/messages",
+        json!({"max_tokens": 5, "messages": user("b")}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.headers["retry-after"], "1");
+    assert_eq!(r.json()["error"]["type"], "rate_limit_error");
+    engine.release();
+    let body = first.into_body().collect().await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&body).contains("event: message_stop"));
+}
