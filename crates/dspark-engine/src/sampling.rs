@@ -30,6 +30,9 @@ pub struct SamplingParams {
     /// Report log-probabilities of the emitted tokens with this many alternatives each
     /// ([`logprobs`]); `None` = off.
     pub logprobs: Option<usize>,
+    /// A grammar the output must match (`response_format`, `tool_choice`): rows are masked
+    /// by [`crate::constrain`] after [`adjust`]; `None` = free text.
+    pub constraint: Option<crate::constrain::Shared>,
 }
 
 impl Default for SamplingParams {
@@ -45,6 +48,7 @@ impl Default for SamplingParams {
             repetition_penalty: 1.0,
             logit_bias: Vec::new(),
             logprobs: None,
+            constraint: None,
         }
     }
 }

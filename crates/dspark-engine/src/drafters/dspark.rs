@@ -14,6 +14,7 @@ use rand::RngCore;
 use serde_json::Value;
 
 use crate::backend::Backend;
+use crate::constrain::Drafting;
 use crate::error::EngineError;
 use crate::model::gemma::GemmaSpec;
 use crate::model::kv_injection::{DrafterConfig, KvInjectionNet};
@@ -219,13 +220,19 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
         let mut qs = Vec::new();
         let mut prev = pending;
         let mut prevs = Vec::with_capacity(n);
+        // under a grammar, row i is masked after drafts 0..i (as verification will mask it)
+        let mut grammar = Drafting::new(sampling);
         for row in host.chunks_exact(vocab) {
+            if !grammar.open() {
+                break;
+            }
             let mut row = row.to_vec();
             if let Some(bias) = self.markov_bias(b, prev)? {
                 for (x, y) in row.iter_mut().zip(bias) {
                     *x += y;
                 }
             }
+            grammar.mask(&mut row)?;
             let d = if sampling.is_greedy() {
                 pick(&row, sampling, rng)
             } else {
@@ -234,6 +241,7 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
                 qs.push(q);
                 d
             };
+            grammar.chose(d)?;
             prevs.push(prev);
             tokens.push(d);
             prev = d;

@@ -6,6 +6,7 @@ use std::time::Instant;
 use super::stopping::Budget;
 use super::{FinishReason, Flow, GenParams, GenResult, GenStats, TokenSink};
 use crate::backend::Backend;
+use crate::constrain::shared as constrain;
 use crate::error::EngineError;
 use crate::kv::KvCache;
 use crate::model::transformer::{LogitsWanted, Transformer};
@@ -40,12 +41,15 @@ pub fn generate<B: Backend>(
     let mut tokens = Vec::new();
     let mut budget = Budget::new(params.max_new_tokens, &params.eos);
 
+    constrain::begin(&params.sampling)?;
     let t0 = Instant::now();
     let out = model.forward(&prompt[cached..], cache, &[], LogitsWanted::Last)?;
     let mut row = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
     stats.target_forwards += 1;
     adjust(&mut row, &params.sampling, prompt, &[]);
+    constrain::mask(&params.sampling, &mut row)?;
     let mut next = pick(&row, &params.sampling, &mut rng);
+    constrain::commit(&params.sampling, &[next])?;
     let mut next_lp = logprobs::for_pick(&row, next, &params.sampling);
     let mut lps: Vec<TokenLogprob> = Vec::new();
     stats.prefill_secs = t0.elapsed().as_secs_f64();
@@ -80,7 +84,9 @@ pub fn generate<B: Backend>(
             let mut row = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
             stats.target_forwards += 1;
             adjust(&mut row, &params.sampling, prompt, &tokens);
+            constrain::mask(&params.sampling, &mut row)?;
             next = pick(&row, &params.sampling, &mut rng);
+            constrain::commit(&params.sampling, &[next])?;
             next_lp = logprobs::for_pick(&row, next, &params.sampling);
         }
     };

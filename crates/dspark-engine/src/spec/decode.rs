@@ -8,6 +8,7 @@ use std::time::Instant;
 use super::verify::{verify_greedy, verify_sampled};
 use super::{Drafter, SpecParams};
 use crate::backend::Backend;
+use crate::constrain::shared as constrain;
 use crate::error::EngineError;
 use crate::generate::baseline::check_context;
 use crate::generate::stopping::Budget;
@@ -55,13 +56,16 @@ pub fn generate<B: Backend>(
     let mut budget = Budget::new(params.max_new_tokens, &params.eos);
     let mut tokens = Vec::new();
 
+    constrain::begin(&params.sampling)?;
     let t0 = Instant::now();
     let out = target.forward(&prompt[reuse..], cache, &taps, LogitsWanted::Last)?;
     stats.target_forwards += 1;
     drafter.prefill(&prompt[reuse..], reuse, out.taps.as_ref())?;
     let mut row = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
     adjust(&mut row, &params.sampling, prompt, &[]);
+    constrain::mask(&params.sampling, &mut row)?;
     let mut pending = pick(&row, &params.sampling, &mut rng);
+    constrain::commit(&params.sampling, &[pending])?;
     // log-probabilities of `block`, one per token, when asked
     let mut block_lps: Vec<TokenLogprob> = logprobs::for_pick(&row, pending, &params.sampling)
         .into_iter()
@@ -125,6 +129,8 @@ pub fn generate<B: Backend>(
                     seen.extend(drafts.get(j));
                 }
             }
+            // row j under the grammar state after the emitted tokens and drafts 1..j
+            constrain::mask_block(&params.sampling, &mut logits, v, &drafts)?;
             let rows: Vec<&[f32]> = logits.chunks_exact(v).collect();
             let outcome = if params.sampling.is_greedy() {
                 let am: Vec<u32> = rows.iter().map(|r| argmax(r)).collect();
@@ -154,6 +160,7 @@ pub fn generate<B: Backend>(
             drafter.commit(&fed[..keep], pos, kept_taps.as_ref())?;
             block = drafts[..outcome.accepted].to_vec();
             block.push(outcome.next);
+            constrain::commit(&params.sampling, &block)?;
             if let Some(k) = params.sampling.logprobs {
                 // row j scored block[j]: the accepted drafts, then the correction or bonus
                 block_lps = block
