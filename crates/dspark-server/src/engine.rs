@@ -2,7 +2,10 @@
 //! the real [`EngineHandle`] and by the [`ScriptedEngine`](crate::scripted::ScriptedEngine)
 //! test double.
 
+use std::sync::Arc;
+
 use dspark_engine::queue::CountersSnapshot;
+use dspark_engine::tokenizer::Tokenizer;
 use dspark_engine::worker::{EngineHandle, EventFn, JobParams, ModelInfo, Prepared, Prompt};
 use dspark_engine::EngineError;
 
@@ -18,6 +21,9 @@ pub trait Engine: Send + Sync + 'static {
         on_event: EventFn,
     ) -> Result<(), EngineError>;
     fn counters(&self) -> CountersSnapshot;
+    /// The model's tokenizer, for compiling output grammars; `None` when the engine has none
+    /// (then `response_format` and forced `tool_choice` are refused with a 400).
+    fn tokenizer(&self) -> Option<Arc<Tokenizer>>;
 }
 
 impl Engine for EngineHandle {
@@ -37,5 +43,8 @@ impl Engine for EngineHandle {
     }
     fn counters(&self) -> CountersSnapshot {
         EngineHandle::counters(self)
+    }
+    fn tokenizer(&self) -> Option<Arc<Tokenizer>> {
+        Some(EngineHandle::tokenizer(self).clone())
     }
 }

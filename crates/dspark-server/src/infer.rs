@@ -57,6 +57,30 @@ pub fn check_bias(engine: &Arc<dyn Engine>, req: &ValidRequest) -> Result<(), Ap
     Ok(())
 }
 
+/// The engine-side state of a request's output grammar (compiled on a blocking thread: the
+/// first request builds the token trie). 400 naming the parameter when refused.
+async fn constrain(
+    engine: &Arc<dyn Engine>,
+    s: &crate::structured::Structured,
+) -> Result<dspark_engine::constrain::Shared, ApiError> {
+    let Some(tok) = engine.tokenizer() else {
+        return Err(ValidationError::Unsupported {
+            param: s.param.into(),
+            msg: "this engine cannot constrain its output",
+        }
+        .into());
+    };
+    let s = s.clone();
+    tokio::task::spawn_blocking(move || crate::structured::constraint(&tok, &s))
+        .await
+        .map_err(|join| {
+            let id = crate::openai::random_hex(12);
+            tracing::error!(request = %id, "grammar task failed: {join}");
+            ApiError::Internal { id }
+        })?
+        .map_err(ApiError::from)
+}
+
 /// Prepares and submits choice `choice` (see [`choice_seed`]) of `prompt`, one of `req`'s.
 pub async fn start_choice(
     engine: &Arc<dyn Engine>,
@@ -91,6 +115,9 @@ pub async fn start_choice(
     }
     let mut sampling = req.sampling.clone();
     sampling.seed = choice_seed(sampling.seed, choice);
+    if let Some(structured) = &req.grammar {
+        sampling.constraint = Some(constrain(engine, structured).await?);
+    }
     let params = JobParams {
         max_new_tokens: max_new,
         sampling,

@@ -16,6 +16,7 @@ pub mod responses_sse;
 pub mod routes;
 pub mod scripted;
 pub mod sse;
+pub mod structured;
 pub mod thinking;
 pub mod tools;
 pub mod ui;

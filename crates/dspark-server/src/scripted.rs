@@ -224,6 +224,11 @@ impl Engine for ScriptedEngine {
         &self.info
     }
 
+    /// No tokenizer: structured output is refused with a 400.
+    fn tokenizer(&self) -> Option<std::sync::Arc<dspark_engine::tokenizer::Tokenizer>> {
+        None
+    }
+
     fn prepare(&self, prompt: &Prompt, max_new: usize) -> Result<Prepared, EngineError> {
         let text = match prompt {
             Prompt::Text(t) => t.clone(),

@@ -145,6 +145,9 @@ impl Engine for Recording {
     fn info(&self) -> &ModelInfo {
         self.inner.info()
     }
+    fn tokenizer(&self) -> Option<Arc<dspark_engine::tokenizer::Tokenizer>> {
+        self.inner.tokenizer()
+    }
     fn prepare(&self, prompt: &Prompt, max_new: usize) -> Result<Prepared, EngineError> {
         self.inner.prepare(prompt, max_new)
     }

@@ -48,6 +48,9 @@ pub enum ValidationError {
     Range { param: String, rule: &'static str },
     #[error("`{param}`: {msg}")]
     Unsupported { param: String, msg: &'static str },
+    /// A grammar the engine refused (a JSON-schema feature llguidance does not support).
+    #[error("`{param}`: {msg}")]
+    Refused { param: String, msg: String },
     /// Over a server limit (`--max-messages`, `--max-content-bytes`).
     #[error("`{param}` has {got} {unit}; this server accepts at most {max}")]
     OverLimit {
@@ -67,6 +70,7 @@ impl ValidationError {
             | ValidationError::Type { param, .. }
             | ValidationError::Range { param, .. }
             | ValidationError::Unsupported { param, .. }
+            | ValidationError::Refused { param, .. }
             | ValidationError::OverLimit { param, .. } => Some(param),
         }
     }
@@ -77,6 +81,7 @@ impl ValidationError {
             ValidationError::Type { .. } => "invalid_type",
             ValidationError::Range { .. } => "invalid_value",
             ValidationError::Unsupported { .. } => "unsupported_parameter",
+            ValidationError::Refused { .. } => "invalid_value",
             ValidationError::OverLimit { code, .. } => code,
         }
     }
@@ -122,6 +127,8 @@ pub struct ValidRequest {
     pub n: usize,
     /// Completions only: the prompts after `prompt` when a list was sent.
     pub more_prompts: Vec<Prompt>,
+    /// The grammar the output must match (`response_format`, forced `tool_choice`).
+    pub grammar: Option<crate::structured::Structured>,
 }
 
 /// Parses the body bytes of a chat or completions request.
@@ -252,7 +259,7 @@ pub fn validate(o: &Map<String, Json>, kind: Kind, limits: &Limits) -> VResult<V
         logprobs: outputs::logprobs(o, kind == Kind::Chat)?,
         ..Default::default()
     };
-    reject_unsupported(o)?;
+    let grammar = crate::structured::request_grammar(o, kind)?;
     let mut more_prompts = Vec::new();
     let (prompt, tools) = match kind {
         Kind::Chat => chat::chat_prompt(o, limits)?,
@@ -280,37 +287,8 @@ pub fn validate(o: &Map<String, Json>, kind: Kind, limits: &Limits) -> VResult<V
         tools,
         n,
         more_prompts,
+        grammar,
     })
-}
-
-/// Fields we cannot honour yet fail loudly instead of being ignored: a client that asks for
-/// JSON or log-probabilities must not get free text and believe otherwise. Their neutral
-/// values (what SDKs send by default) pass.
-fn reject_unsupported(o: &Map<String, Json>) -> VResult<()> {
-    let unsupported = |param: &str, msg: &'static str| ValidationError::Unsupported {
-        param: param.into(),
-        msg,
-    };
-    match field(o, "response_format") {
-        None | Some(Json::Null) => {}
-        Some(Json::Object(f)) => match f.get("type").and_then(Json::as_str) {
-            Some("text") => {}
-            Some("json_object") | Some("json_schema") => {
-                return Err(unsupported(
-                    "response_format",
-                    "structured output (JSON mode) is not supported yet; without it the reply would be free text",
-                ));
-            }
-            _ => {
-                return Err(ty(
-                    "response_format.type",
-                    "\"text\", \"json_object\" or \"json_schema\"",
-                ))
-            }
-        },
-        Some(_) => return Err(ty("response_format", "an object")),
-    }
-    Ok(())
 }
 
 fn parse_stop(o: &Map<String, Json>, limits: &Limits) -> VResult<Vec<String>> {
@@ -338,6 +316,12 @@ fn parse_stop(o: &Map<String, Json>, limits: &Limits) -> VResult<Vec<String>> {
 
 /// One completions prompt (of the list [`outputs::completion_prompts`] parsed), checked.
 fn completion_prompt(p: String, limits: &Limits) -> VResult<String> {
+    if p.is_empty() {
+        return Err(ValidationError::Range {
+            param: "prompt".into(),
+            rule: "a non-empty string",
+        });
+    }
     if p.len() > limits.max_content_bytes {
         return Err(ValidationError::OverLimit {
             param: "prompt".into(),
@@ -345,12 +329,6 @@ fn completion_prompt(p: String, limits: &Limits) -> VResult<String> {
             got: p.len(),
             max: limits.max_content_bytes,
             code: "string_above_max_length",
-        });
-    }
-    if p.is_empty() {
-        return Err(ValidationError::Range {
-            param: "prompt".into(),
-            rule: "a non-empty string",
         });
     }
     Ok(p)
@@ -481,26 +459,41 @@ mod tests {
     }
 
     #[test]
-    fn fields_we_cannot_honour_are_refused_not_ignored() {
+    fn response_format_becomes_a_grammar() {
+        use crate::structured::Structured;
+        use dspark_engine::constrain::Grammar;
         let m = json!([{"role": "user", "content": "hi"}]);
-        for (k, v) in [
-            ("response_format", json!({"type": "json_object"})),
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        for (v, g) in [
+            (json!({"type": "json_object"}), Grammar::JsonObject),
             (
-                "response_format",
-                json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+                json!({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}),
+                Grammar::JsonSchema(schema.clone()),
             ),
         ] {
-            let mut b = json!({"messages": m});
-            b[k] = v;
-            assert_eq!(err_param(b), (k.to_owned(), "unsupported_parameter"));
+            for (body, kind) in [
+                (json!({"messages": m, "response_format": v}), Kind::Chat),
+                (
+                    json!({"prompt": "a", "response_format": v}),
+                    Kind::Completion,
+                ),
+            ] {
+                let r = check(body, kind).unwrap();
+                let want = Structured {
+                    param: "response_format",
+                    grammar: g.clone(),
+                };
+                assert_eq!(r.grammar, Some(want));
+            }
         }
-        // the neutral values SDKs send by default pass
-        check(
+        // the neutral values SDKs send by default pass, with no grammar
+        let r = check(
             json!({"messages": m, "logit_bias": {}, "logprobs": false, "top_logprobs": 0,
                    "response_format": {"type": "text"}}),
             Kind::Chat,
         )
         .unwrap();
+        assert_eq!(r.grammar, None);
         check(json!({"prompt": "a", "logprobs": 0}), Kind::Completion).unwrap();
         assert_eq!(
             err_param(json!({"messages": m, "response_format": {"type": "yaml"}})),

@@ -1,0 +1,232 @@
+//! Structured output: `response_format` (`json_object`, `json_schema`) and `tool_choice`
+//! (`required` or a named function) become a grammar ([`Grammar`]) that the engine enforces
+//! by constrained decoding (`dspark_engine::constrain`). Grammars compile against the
+//! model's tokenizer; the compiler (the token trie over the whole vocabulary) is built once
+//! per tokenizer and kept.
+
+use std::sync::{Arc, Mutex};
+
+use dspark_engine::constrain::{Compiler, Grammar};
+use dspark_engine::tokenizer::Tokenizer;
+use serde_json::{json, Map, Value as Json};
+
+use crate::validate::{Kind, ValidationError};
+
+/// A request's output grammar and the parameter that asked for it (named by any error).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Structured {
+    pub param: &'static str,
+    pub grammar: Grammar,
+}
+
+/// The grammar of a request: a forced tool call (chat) wins over `response_format`.
+pub fn request_grammar(
+    o: &Map<String, Json>,
+    kind: Kind,
+) -> Result<Option<Structured>, ValidationError> {
+    let format = response_format(o)?;
+    if kind == Kind::Chat {
+        if let Some(functions) = forced_tools(o).filter(|f| !f.is_empty()) {
+            return Ok(Some(Structured {
+                param: "tool_choice",
+                grammar: tool_call_grammar(&functions),
+            }));
+        }
+    }
+    Ok(format.map(|grammar| Structured {
+        param: "response_format",
+        grammar,
+    }))
+}
+
+/// Compiles `s` for the model of `tok` into the state the engine's loops share; a grammar
+/// the engine refuses, or a forced tool call for a template without Hermes calls, is a 400
+/// naming `s.param`. Blocking (the first call builds the token trie).
+pub fn constraint(
+    tok: &Arc<Tokenizer>,
+    s: &Structured,
+) -> Result<dspark_engine::constrain::Shared, ValidationError> {
+    if s.param == "tool_choice" && !writes_hermes_calls(tok) {
+        return Err(ValidationError::Unsupported {
+            param: "tool_choice".into(),
+            msg: "forced tool calls are built in the Hermes <tool_call> format; this model's template writes Gemma 4 calls",
+        });
+    }
+    let refused = |msg: String| ValidationError::Refused {
+        param: s.param.into(),
+        msg,
+    };
+    let compiler = compiler_for(tok).map_err(refused)?;
+    let c = compiler
+        .compile(&s.grammar)
+        .map_err(|e| refused(format!("not supported by the grammar engine: {e}")))?;
+    Ok(c.into())
+}
+
+fn ty(param: &str, expected: &'static str) -> ValidationError {
+    ValidationError::Type {
+        param: param.into(),
+        expected,
+    }
+}
+
+/// `response_format` → a grammar (`None` for absent or `{type: "text"}`).
+pub fn response_format(o: &Map<String, Json>) -> Result<Option<Grammar>, ValidationError> {
+    let f = match o.get("response_format") {
+        None | Some(Json::Null) => return Ok(None),
+        Some(Json::Object(f)) => f,
+        Some(_) => return Err(ty("response_format", "an object")),
+    };
+    match f.get("type").and_then(Json::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(Grammar::JsonObject)),
+        Some("json_schema") => {
+            let js = match f.get("json_schema") {
+                Some(Json::Object(js)) => js,
+                None | Some(Json::Null) => {
+                    return Err(ValidationError::Missing {
+                        param: "response_format.json_schema".into(),
+                    })
+                }
+                Some(_) => return Err(ty("response_format.json_schema", "an object")),
+            };
+            match js.get("name") {
+                Some(Json::String(_)) => {}
+                None | Some(Json::Null) => {
+                    return Err(ValidationError::Missing {
+                        param: "response_format.json_schema.name".into(),
+                    })
+                }
+                Some(_) => return Err(ty("response_format.json_schema.name", "a string")),
+            }
+            if !matches!(
+                js.get("strict"),
+                None | Some(Json::Null) | Some(Json::Bool(_))
+            ) {
+                return Err(ty("response_format.json_schema.strict", "a boolean"));
+            }
+            match js.get("schema") {
+                // OpenAI's default when no schema is given: any JSON object
+                None | Some(Json::Null) => Ok(Some(Grammar::JsonObject)),
+                Some(s @ Json::Object(_)) => Ok(Some(Grammar::JsonSchema(s.clone()))),
+                Some(_) => Err(ty("response_format.json_schema.schema", "an object")),
+            }
+        }
+        _ => Err(ty(
+            "response_format.type",
+            "\"text\", \"json_object\" or \"json_schema\"",
+        )),
+    }
+}
+
+/// The functions `tool_choice` forces (`required`: any of `tools`; `{type: function,
+/// function: {name}}`: that one), or `None` when the model may answer in text.
+pub fn forced_tools(o: &Map<String, Json>) -> Option<Vec<Json>> {
+    let tools = o.get("tools")?.as_array()?;
+    let functions = tools.iter().filter_map(|t| t.get("function"));
+    match o.get("tool_choice")? {
+        Json::String(s) if s == "required" => Some(functions.cloned().collect()),
+        Json::Object(c) => {
+            let name = c.get("function")?.get("name")?.as_str()?;
+            Some(
+                functions
+                    .filter(|f| f["name"].as_str() == Some(name))
+                    .cloned()
+                    .collect(),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// The output grammar for forced `functions` in the Hermes/Qwen3 format the chat templates
+/// describe: `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, arguments valid
+/// for the function's `parameters` schema (any object when it has none).
+pub fn tool_call_grammar(functions: &[Json]) -> Grammar {
+    let calls: Vec<Json> = functions
+        .iter()
+        .map(|f| {
+            let params = match f.get("parameters") {
+                Some(p @ Json::Object(_)) => p.clone(),
+                _ => json!({"type": "object"}),
+            };
+            json!({
+                "type": "object",
+                "properties": {"name": {"const": f["name"]}, "arguments": params},
+                "required": ["name", "arguments"],
+                "additionalProperties": false,
+            })
+        })
+        .collect();
+    let schema = json!({
+        "anyOf": calls,
+        "x-guidance": {"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "},
+    });
+    Grammar::Lark(format!(
+        "start: \"<tool_call>\\n\" call \"\\n</tool_call>\"\ncall: %json {schema}\n"
+    ))
+}
+
+/// Whether forced calls can use the Hermes format for this model: every model's output is
+/// parsed for Hermes calls (`tools.rs`), except that a template writing Gemma 4 calls
+/// (`<|tool_call>`) asks for that format, which is not built here.
+pub fn writes_hermes_calls(tok: &Tokenizer) -> bool {
+    !tok.chat_template()
+        .is_some_and(|t| t.source().contains("<|tool_call>"))
+}
+
+type Slot = Option<(usize, Arc<Compiler>)>;
+static COMPILER: Mutex<Slot> = Mutex::new(None);
+
+/// The compiler of `tok` (built on first use, then kept for this tokenizer). Blocking.
+pub fn compiler_for(tok: &Arc<Tokenizer>) -> Result<Arc<Compiler>, String> {
+    let key = Arc::as_ptr(tok) as usize;
+    let mut slot = COMPILER.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((k, c)) = slot.as_ref() {
+        if *k == key {
+            return Ok(c.clone());
+        }
+    }
+    let c = Arc::new(Compiler::new(tok, tok.vocab_size()).map_err(|e| e.to_string())?);
+    *slot = Some((key, c.clone()));
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(v: Json) -> Map<String, Json> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn response_formats() {
+        assert_eq!(response_format(&obj(json!({}))).unwrap(), None);
+        assert_eq!(
+            response_format(&obj(json!({"response_format": {"type": "json_object"}}))).unwrap(),
+            Some(Grammar::JsonObject)
+        );
+        let s = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        let r = response_format(&obj(json!({"response_format": {"type": "json_schema",
+            "json_schema": {"name": "x", "schema": s, "strict": true}}})));
+        assert_eq!(r.unwrap(), Some(Grammar::JsonSchema(s)));
+        let e = response_format(&obj(json!({"response_format": {"type": "json_schema",
+            "json_schema": {"schema": {}}}})))
+        .unwrap_err();
+        assert_eq!(e.param(), Some("response_format.json_schema.name"));
+        let e = response_format(&obj(json!({"response_format": {"type": "xml"}}))).unwrap_err();
+        assert_eq!(e.param(), Some("response_format.type"));
+    }
+
+    #[test]
+    fn forced_tool_choices() {
+        let tools = json!([{"type": "function", "function": {"name": "f"}},
+                           {"type": "function", "function": {"name": "g"}}]);
+        let req = |c: Json| obj(json!({"tools": tools, "tool_choice": c}));
+        assert_eq!(forced_tools(&req(json!("required"))).unwrap().len(), 2);
+        let named = forced_tools(&req(json!({"type": "function", "function": {"name": "g"}})));
+        assert_eq!(named.unwrap()[0]["name"], "g");
+        assert!(forced_tools(&req(json!("auto"))).is_none());
+    }
+}
