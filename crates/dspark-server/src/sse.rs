@@ -158,7 +158,7 @@ impl State {
         self.emit(tail);
         self.metrics.record(&s);
         let finish = finish_reason(&s, self.tool_index > 0);
-        let first_of_prompt = self.req.n == 1 || self.index % self.req.n == 0;
+        let first_of_prompt = self.index.is_multiple_of(self.req.n.max(1));
         add_usage(&mut self.usage, &s, first_of_prompt);
         let last = self.queue.is_empty();
         let usage = (last && self.meta.include_usage)
