@@ -160,7 +160,8 @@ mod tests {
 
         let outside = base.join("secret");
         fs::write(&outside, "not a model").unwrap();
-        let cases: [(&str, &dyn Fn(&Path)); 4] = [
+        type Make<'a> = &'a dyn Fn(&Path);
+        let cases: [(&str, Make); 4] = [
             ("absolute link out", &|p| symlink(&outside, p).unwrap()),
             ("relative link out", &|p| {
                 symlink("../../../../secret", p).unwrap()
