@@ -125,7 +125,9 @@ pub async fn start_choice(
     };
     let (tx, rx) = unbounded_channel();
     let prompt_tokens = prep.ids.len();
-    let starts_in_thinking = req.kind == Kind::Chat && prompt_opens_thinking(&prep.text);
+    // under a grammar the output is the structured reply itself, never reasoning
+    let starts_in_thinking =
+        req.kind == Kind::Chat && req.grammar.is_none() && prompt_opens_thinking(&prep.text);
     engine
         .submit(prep.ids, params, Box::new(move |ev| tx.send(ev).is_ok()))
         .map_err(ApiError::from_engine)?;
