@@ -274,6 +274,8 @@ async fn run(repo: &str, opts: &PullOptions, progress: &dyn Progress) -> Result<
     let snapshot = folder.join("snapshots").join(&commit);
     fs::create_dir_all(&blobs).map_err(io_err(&blobs))?;
     fs::create_dir_all(&snapshot).map_err(io_err(&snapshot))?;
+    // a reused snapshot must not link outside the cache before anything is written through it
+    crate::contain::check_snapshot(&folder, &snapshot)?;
     if !is_commit(&opts.revision) {
         let r = folder.join("refs").join(&opts.revision);
         fs::create_dir_all(r.parent().unwrap_or(&folder)).map_err(io_err(&folder))?;
@@ -313,6 +315,7 @@ async fn run(repo: &str, opts: &PullOptions, progress: &dyn Progress) -> Result<
             .map_err(|e| map_err(e, &f.name))?;
         check_linked(&linked, &blob, f)?;
     }
+    crate::contain::check_snapshot(&folder, &snapshot)?;
     progress.finish();
     Ok(Pulled {
         snapshot,
