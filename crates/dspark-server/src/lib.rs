@@ -12,6 +12,7 @@ pub mod logprobs;
 pub mod middleware;
 pub mod openai;
 pub mod openapi;
+pub mod openapi_extra;
 pub mod responses_sse;
 pub mod routes;
 pub mod scripted;

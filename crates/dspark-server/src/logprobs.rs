@@ -18,7 +18,7 @@ fn finite(lp: f32) -> f32 {
     }
 }
 
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(utoipa::ToSchema, Serialize, Clone, Debug, PartialEq)]
 pub struct TopLogprob {
     pub token: String,
     pub logprob: f32,
@@ -35,7 +35,7 @@ impl TopLogprob {
     }
 }
 
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(utoipa::ToSchema, Serialize, Clone, Debug, PartialEq)]
 pub struct ChatTokenLogprob {
     pub token: String,
     pub logprob: f32,
@@ -44,7 +44,7 @@ pub struct ChatTokenLogprob {
 }
 
 /// `choices[].logprobs` of a chat completion or chunk.
-#[derive(Serialize, Clone, Debug, PartialEq, Default)]
+#[derive(utoipa::ToSchema, Serialize, Clone, Debug, PartialEq, Default)]
 pub struct ChatLogprobs {
     pub content: Vec<ChatTokenLogprob>,
     pub refusal: Option<Vec<ChatTokenLogprob>>,
@@ -72,7 +72,7 @@ impl ChatLogprobs {
 
 /// `choices[].logprobs` of a legacy completion or chunk. `text_offset` counts characters
 /// from the start of this choice's generated text (no echo), continuing across chunks.
-#[derive(Serialize, Clone, Debug, PartialEq, Default)]
+#[derive(utoipa::ToSchema, Serialize, Clone, Debug, PartialEq, Default)]
 pub struct TextLogprobs {
     pub tokens: Vec<String>,
     pub token_logprobs: Vec<f32>,

@@ -132,7 +132,6 @@ pub struct AssistantMessage {
 pub struct ChatChoice {
     pub index: usize,
     pub message: AssistantMessage,
-    #[schema(value_type = Option<Object>)]
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: &'static str,
 }
@@ -164,7 +163,6 @@ pub struct Delta {
 pub struct ChunkChoice {
     pub index: usize,
     pub delta: Delta,
-    #[schema(value_type = Option<Object>)]
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: Option<&'static str>,
 }
@@ -186,7 +184,6 @@ pub struct ChatChunk {
 pub struct TextChoice {
     pub index: usize,
     pub text: String,
-    #[schema(value_type = Option<Object>)]
     pub logprobs: Option<TextLogprobs>,
     pub finish_reason: Option<&'static str>,
 }

@@ -10,12 +10,18 @@
 //! responses) and list it in [`ApiDoc`]'s `paths(...)`; types it names must derive
 //! `utoipa::ToSchema`.
 
+use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 
 use crate::openai::{ChatChunk, ChatCompletion, Completion};
+use crate::openapi_extra::{
+    AnthropicError, AnthropicMessage, CountTokens, CountTokensRequest, MessagesRequest,
+    ResponseObject, ResponsesRequest,
+};
+use crate::AppState;
 
 /// `{"error": {...}}`, the body of every error response.
 #[derive(Serialize, ToSchema, Debug)]
@@ -160,6 +166,123 @@ enum Stop {
     Many(Vec<String>),
 }
 
+#[derive(ToSchema, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum ObjectType {
+    Object,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum ScalarType {
+    String,
+    Integer,
+    Number,
+    Boolean,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct PropertySchema {
+    #[schema(inline)]
+    r#type: ScalarType,
+}
+
+/// A JSON Schema for an object. The server takes any JSON Schema that llguidance compiles;
+/// the description lists flat objects of scalar properties, which always compile.
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct ObjectSchema {
+    #[schema(inline)]
+    r#type: ObjectType,
+    properties: Option<std::collections::BTreeMap<String, PropertySchema>>,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct JsonSchemaFormat {
+    name: String,
+    strict: Option<bool>,
+    /// Absent: any JSON object.
+    schema: Option<ObjectSchema>,
+}
+
+/// `response_format`: the output is constrained to JSON (`json_object`) or to a schema.
+#[derive(ToSchema, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+#[allow(dead_code)]
+enum ResponseFormat {
+    Text,
+    JsonObject,
+    JsonSchema { json_schema: JsonSchemaFormat },
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct FunctionDef {
+    name: String,
+    description: Option<String>,
+    parameters: Option<ObjectSchema>,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum FunctionType {
+    Function,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct Tool {
+    #[schema(inline)]
+    r#type: FunctionType,
+    function: FunctionDef,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct NamedFunction {
+    name: String,
+}
+
+/// `{"type": "function", "function": {"name": ...}}`: forces a call of that tool.
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct NamedToolChoice {
+    #[schema(inline)]
+    r#type: FunctionType,
+    function: NamedFunction,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum ToolChoiceMode {
+    None,
+    Auto,
+    Required,
+}
+
+/// `tool_choice`: `none`, `auto` or `required` (a call of one of `tools`, grammar-forced).
+/// The server also takes a `NamedToolChoice` (listed in the components), which must name one
+/// of `tools`: JSON Schema cannot tie the two fields together, so it is not listed here.
+#[derive(ToSchema, Deserialize)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum ToolChoice {
+    Mode(#[schema(inline)] ToolChoiceMode),
+}
+
 /// `POST /v1/chat/completions` (unset sampling fields: greedy, no truncation, no penalty).
 #[derive(ToSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -178,8 +301,8 @@ struct ChatCompletionRequest {
     max_completion_tokens: Option<u64>,
     #[schema(minimum = 0.0, maximum = 2.0)]
     temperature: Option<f64>,
-    /// Above 0: the validator's bound is the smallest normal f64.
-    #[schema(minimum = 2.2250738585072014e-308, maximum = 1.0)]
+    /// Any positive value (one below f32's smallest keeps the likeliest token only).
+    #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
     top_p: Option<f64>,
     #[schema(minimum = 0)]
     top_k: Option<u64>,
@@ -189,7 +312,8 @@ struct ChatCompletionRequest {
     presence_penalty: Option<f64>,
     #[schema(minimum = -2.0, maximum = 2.0)]
     frequency_penalty: Option<f64>,
-    #[schema(minimum = 2.2250738585072014e-308, maximum = 10.0)]
+    /// At least 0.01 (seen tokens' logits are divided by it in f32).
+    #[schema(minimum = 0.01, maximum = 10.0)]
     repetition_penalty: Option<f64>,
     #[schema(minimum = 0)]
     seed: Option<u32>,
@@ -199,6 +323,18 @@ struct ChatCompletionRequest {
     stream: Option<bool>,
     stream_options: Option<StreamOptions>,
     enable_thinking: Option<bool>,
+    /// Token id (a decimal string, in the model's vocabulary) → bias in [-100, 100]
+    /// (schema set by `openapi_extra::refine`).
+    #[schema(value_type = Option<Object>)]
+    logit_bias: Option<()>,
+    /// `true`: each choice carries `logprobs.content`; `false` is the default.
+    logprobs: Option<bool>,
+    /// Alternatives per token; above 0 needs `logprobs: true`.
+    #[schema(minimum = 0, maximum = 20)]
+    top_logprobs: Option<u64>,
+    response_format: Option<ResponseFormat>,
+    tools: Option<Vec<Tool>>,
+    tool_choice: Option<ToolChoice>,
 }
 
 /// `POST /v1/completions`: raw text, no chat template.
@@ -207,25 +343,43 @@ struct ChatCompletionRequest {
 #[allow(dead_code)]
 struct CompletionRequest {
     model: Option<String>,
-    #[schema(min_length = 1)]
-    prompt: String,
+    /// A string or a list of 1..=64 strings, each non-empty (schema set by
+    /// `openapi_extra::refine`).
+    #[schema(value_type = Object)]
+    prompt: (),
     /// Capped by the context left after the prompt (over it: 400 `context_length_exceeded`).
     #[schema(minimum = 1)]
     max_tokens: Option<u64>,
     #[schema(minimum = 0.0, maximum = 2.0)]
     temperature: Option<f64>,
-    /// Above 0: the validator's bound is the smallest normal f64.
-    #[schema(minimum = 2.2250738585072014e-308, maximum = 1.0)]
+    /// Any positive value (one below f32's smallest keeps the likeliest token only).
+    #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
     top_p: Option<f64>,
     #[schema(minimum = 0)]
     top_k: Option<u64>,
     #[schema(minimum = 0)]
     seed: Option<u32>,
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    min_p: Option<f64>,
+    #[schema(minimum = -2.0, maximum = 2.0)]
+    presence_penalty: Option<f64>,
+    #[schema(minimum = -2.0, maximum = 2.0)]
+    frequency_penalty: Option<f64>,
+    #[schema(minimum = 0.01, maximum = 10.0)]
+    repetition_penalty: Option<f64>,
+    /// Choices per prompt; with a list of prompts, `n` choices for each.
     #[schema(minimum = 1, maximum = 16)]
     n: Option<u64>,
     stop: Option<Stop>,
     stream: Option<bool>,
     stream_options: Option<StreamOptions>,
+    /// Token id → bias in [-100, 100] (schema set by `openapi_extra::refine`).
+    #[schema(value_type = Option<Object>)]
+    logit_bias: Option<()>,
+    /// The chosen token and this many alternatives per token (0..=20).
+    #[schema(minimum = 0, maximum = 20)]
+    logprobs: Option<u64>,
+    response_format: Option<ResponseFormat>,
 }
 
 #[utoipa::path(post, path = "/v1/chat/completions", tag = "openai",
@@ -255,6 +409,46 @@ fn chat_completions() {}
     ))]
 #[allow(dead_code)]
 fn completions() {}
+
+#[utoipa::path(post, path = "/v1/responses", tag = "openai",
+    request_body(content = ResponsesRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The `response` object; with `stream: true`, server-sent events (`response.created`, `response.output_text.delta`, ..., `response.completed`) whose `data:` are JSON objects",
+            content((ResponseObject = "application/json"), (SseEvent = "text/event-stream"))),
+        (status = 400, description = "Invalid request (`param` names the field; stateful fields are refused)", body = ErrorBody),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 429, description = "Queue full (Retry-After)", body = ErrorBody),
+        (status = 431, description = "Headers too large", body = ErrorBody),
+    ))]
+#[allow(dead_code)]
+fn responses() {}
+
+#[utoipa::path(post, path = "/v1/messages", tag = "anthropic",
+    request_body(content = MessagesRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The `message`; with `stream: true`, Anthropic's server-sent events (`message_start`, `content_block_delta`, ..., `message_stop`)",
+            content((AnthropicMessage = "application/json"), (SseEvent = "text/event-stream"))),
+        (status = 400, description = "Invalid request", body = AnthropicError),
+        (status = 401, description = "Missing or wrong key (`x-api-key` or Bearer)", body = AnthropicError),
+        (status = 413, description = "Body too large", body = AnthropicError),
+        (status = 429, description = "Queue full (Retry-After)", body = AnthropicError),
+        (status = 431, description = "Headers too large", body = AnthropicError),
+    ))]
+#[allow(dead_code)]
+fn messages() {}
+
+#[utoipa::path(post, path = "/v1/messages/count_tokens", tag = "anthropic",
+    request_body(content = CountTokensRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Prompt tokens after the chat template", body = CountTokens),
+        (status = 400, description = "Invalid request", body = AnthropicError),
+        (status = 401, description = "Missing or wrong key", body = AnthropicError),
+        (status = 413, description = "Body too large", body = AnthropicError),
+        (status = 431, description = "Headers too large", body = AnthropicError),
+    ))]
+#[allow(dead_code)]
+fn count_tokens() {}
 
 #[utoipa::path(get, path = "/v1/models", tag = "openai",
     responses(
@@ -312,21 +506,28 @@ impl Modify for BearerAuth {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "dspark", description = "OpenAI-compatible local LLM server with lossless speculative decoding. With --api-key every route but /health and /openapi.json needs `Authorization: Bearer KEY`."),
-    paths(chat_completions, completions, list_models, get_model, health, metrics, openapi_json),
-    components(schemas(ChatChunk)),
+    paths(chat_completions, completions, responses, messages, count_tokens, list_models, get_model, health, metrics, openapi_json),
+    components(schemas(ChatChunk, NamedToolChoice)),
     modifiers(&BearerAuth),
     security(("bearer" = []))
 )]
 pub struct ApiDoc;
 
-/// The document as JSON (built once per call; it is small).
-pub fn document() -> serde_json::Value {
-    serde_json::to_value(ApiDoc::openapi()).unwrap_or_default()
+/// The document as JSON (built once per call; it is small). `grammars`: whether the engine
+/// can constrain its output (a real model's tokenizer); without it (the scripted engine)
+/// `response_format` and `tool_choice: "required"` are a 400, so they are left out.
+pub fn document(grammars: bool) -> serde_json::Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    crate::openapi_extra::refine(&mut doc);
+    if !grammars {
+        crate::openapi_extra::without_grammars(&mut doc);
+    }
+    doc
 }
 
 /// `GET /openapi.json`.
-pub async fn handler() -> Json<serde_json::Value> {
-    Json(document())
+pub async fn handler(State(st): State<AppState>) -> Json<serde_json::Value> {
+    Json(document(st.engine.tokenizer().is_some()))
 }
 
 #[cfg(test)]
@@ -335,12 +536,15 @@ mod tests {
 
     #[test]
     fn document_lists_every_route_and_resolves_its_references() {
-        let doc = document();
+        let doc = document(true);
         assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
         let paths = doc["paths"].as_object().unwrap();
         for p in [
             "/v1/chat/completions",
             "/v1/completions",
+            "/v1/responses",
+            "/v1/messages",
+            "/v1/messages/count_tokens",
             "/v1/models",
             "/v1/models/{id}",
             "/health",
@@ -360,5 +564,66 @@ mod tests {
         for f in ["id", "choices", "usage", "x_dspark"] {
             assert!(chat.get(f).is_some(), "ChatCompletion.{f}");
         }
+        // logprobs are typed, not free objects
+        assert_eq!(
+            schemas["ChatLogprobs"]["properties"]["content"]["items"]["$ref"],
+            "#/components/schemas/ChatTokenLogprob"
+        );
+        assert!(schemas["TextLogprobs"]["properties"]["token_logprobs"].is_object());
+        // every request field the validators read is listed (additionalProperties: false
+        // would otherwise keep schemathesis from ever sending it)
+        let props = |s: &str| schemas[s]["properties"].as_object().unwrap().clone();
+        let chat_req = props("ChatCompletionRequest");
+        for f in [
+            "logprobs",
+            "top_logprobs",
+            "logit_bias",
+            "n",
+            "response_format",
+            "tools",
+            "tool_choice",
+            "min_p",
+            "presence_penalty",
+            "frequency_penalty",
+            "repetition_penalty",
+            "seed",
+        ] {
+            assert!(chat_req.contains_key(f), "ChatCompletionRequest.{f}");
+        }
+        let text_req = props("CompletionRequest");
+        for f in [
+            "logprobs",
+            "logit_bias",
+            "n",
+            "response_format",
+            "min_p",
+            "repetition_penalty",
+        ] {
+            assert!(text_req.contains_key(f), "CompletionRequest.{f}");
+        }
+        assert_eq!(text_req["prompt"]["oneOf"][1]["type"], "array");
+        assert_eq!(
+            chat_req["top_p"]["exclusiveMinimum"].as_f64(),
+            Some(0.0),
+            "{}",
+            chat_req["top_p"]
+        );
+        assert!(props("ResponsesRequest").contains_key("input"));
+        assert!(props("MessagesRequest").contains_key("max_tokens"));
+        let err = &doc["paths"]["/v1/messages"]["post"]["responses"]["400"];
+        assert!(err.to_string().contains("AnthropicError"), "{err}");
+        assert!(schemas["ToolChoice"].to_string().contains("\"required\""));
+        // an engine without grammars is not described as taking them
+        let bare = document(false);
+        let bare = &bare["components"]["schemas"];
+        for req in ["ChatCompletionRequest", "CompletionRequest"] {
+            assert!(
+                bare[req]["properties"].get("response_format").is_none(),
+                "{req}"
+            );
+            assert!(bare[req]["properties"].get("n").is_some(), "{req}");
+        }
+        assert!(!bare["ToolChoice"].to_string().contains("\"required\""));
+        assert!(bare["ToolChoice"].to_string().contains("\"auto\""));
     }
 }

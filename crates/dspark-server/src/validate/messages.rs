@@ -137,7 +137,7 @@ pub fn to_chat(o: &Map<String, Json>, count_only: bool) -> VResult<Map<String, J
         Some(Json::Object(t)) => match t.get("type").and_then(Json::as_str) {
             Some("enabled") => {
                 match t.get("budget_tokens") {
-                    Some(b) if b.as_u64().is_some() => {}
+                    Some(b) if matches!(super::numbers::non_negative(b), Some(Ok(_))) => {}
                     _ => {
                         return Err(ValidationError::Missing {
                             param: "thinking.budget_tokens".into(),

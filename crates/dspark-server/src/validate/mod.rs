@@ -89,6 +89,7 @@ impl ValidationError {
 
 mod chat;
 pub mod messages;
+mod numbers;
 pub mod outputs;
 pub mod responses;
 
@@ -191,9 +192,9 @@ fn opt_uint(o: &Map<String, Json>, k: &str) -> VResult<Option<u64>> {
     let Some(v) = field(o, k) else {
         return Ok(None);
     };
-    match v.as_u64() {
-        Some(n) => Ok(Some(n)),
-        None if v.as_i64().is_some() => Err(ValidationError::Range {
+    match numbers::non_negative(v) {
+        Some(Ok(n)) => Ok(Some(n)),
+        Some(Err(())) => Err(ValidationError::Range {
             param: k.into(),
             rule: "a non-negative integer",
         }),
@@ -217,15 +218,11 @@ pub fn validate(o: &Map<String, Json>, kind: Kind, limits: &Limits) -> VResult<V
         }
     }
     let temperature = opt_f32(o, "temperature", 0.0, 2.0, "between 0 and 2")?.unwrap_or(0.0);
-    let top_p = opt_f32(o, "top_p", f64::MIN_POSITIVE, 1.0, "in (0, 1]")?.unwrap_or(1.0);
+    let top_p = numbers::top_p(o)?.unwrap_or(1.0);
     let top_k = opt_uint(o, "top_k")?.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
     let seed = match field(o, "seed") {
         None => None,
-        Some(v) => Some(
-            v.as_u64()
-                .or_else(|| v.as_i64().map(|i| i as u64))
-                .ok_or_else(|| ty("seed", "an integer"))?,
-        ),
+        Some(v) => Some(numbers::seed(v).ok_or_else(|| ty("seed", "an integer"))?),
     };
     let n = outputs::n(o)?;
     let stop = parse_stop(o, limits)?;
@@ -250,9 +247,9 @@ pub fn validate(o: &Map<String, Json>, kind: Kind, limits: &Limits) -> VResult<V
         repetition_penalty: opt_f32(
             o,
             "repetition_penalty",
-            f64::MIN_POSITIVE,
+            numbers::MIN_REPETITION_PENALTY,
             10.0,
-            "in (0, 10]",
+            "between 0.01 and 10",
         )?
         .unwrap_or(1.0),
         logit_bias: outputs::logit_bias(o)?,

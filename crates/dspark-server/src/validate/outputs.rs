@@ -69,8 +69,8 @@ pub fn logprobs(o: &Map<String, Json>, chat: bool) -> VResult<Option<usize>> {
     }
     match field(o, "logprobs") {
         None | Some(Json::Bool(false)) => Ok(None),
-        Some(Json::Number(n)) => match n.as_u64() {
-            Some(k) if k as usize <= MAX_TOP_LOGPROBS => Ok(Some(k as usize)),
+        Some(v @ Json::Number(_)) => match super::numbers::non_negative(v) {
+            Some(Ok(k)) if k <= MAX_TOP_LOGPROBS as u64 => Ok(Some(k as usize)),
             _ => Err(range("logprobs", "an integer between 0 and 20")),
         },
         Some(_) => Err(ty("logprobs", "an integer")),
