@@ -169,14 +169,14 @@ enum Stop {
 #[derive(ToSchema, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[allow(dead_code)]
-enum ObjectType {
+pub(crate) enum ObjectType {
     Object,
 }
 
 #[derive(ToSchema, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[allow(dead_code)]
-enum ScalarType {
+pub(crate) enum ScalarType {
     String,
     Integer,
     Number,
@@ -186,7 +186,7 @@ enum ScalarType {
 #[derive(ToSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)]
-struct PropertySchema {
+pub(crate) struct PropertySchema {
     #[schema(inline)]
     r#type: ScalarType,
 }
@@ -196,7 +196,7 @@ struct PropertySchema {
 #[derive(ToSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)]
-struct ObjectSchema {
+pub(crate) struct ObjectSchema {
     #[schema(inline)]
     r#type: ObjectType,
     properties: Option<std::collections::BTreeMap<String, PropertySchema>>,
@@ -234,7 +234,7 @@ struct FunctionDef {
 #[derive(ToSchema, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[allow(dead_code)]
-enum FunctionType {
+pub(crate) enum FunctionType {
     Function,
 }
 
@@ -267,7 +267,7 @@ struct NamedToolChoice {
 #[derive(ToSchema, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[allow(dead_code)]
-enum ToolChoiceMode {
+pub(crate) enum ToolChoiceMode {
     None,
     Auto,
     Required,
@@ -279,7 +279,7 @@ enum ToolChoiceMode {
 #[derive(ToSchema, Deserialize)]
 #[serde(untagged)]
 #[allow(dead_code)]
-enum ToolChoice {
+pub(crate) enum ToolChoice {
     Mode(#[schema(inline)] ToolChoiceMode),
 }
 
@@ -608,8 +608,28 @@ mod tests {
             "{}",
             chat_req["top_p"]
         );
-        assert!(props("ResponsesRequest").contains_key("input"));
-        assert!(props("MessagesRequest").contains_key("max_tokens"));
+        let resp_req = props("ResponsesRequest");
+        for f in [
+            "input",
+            "tools",
+            "tool_choice",
+            "text",
+            "reasoning",
+            "max_output_tokens",
+        ] {
+            assert!(resp_req.contains_key(f), "ResponsesRequest.{f}");
+        }
+        let msg_req = props("MessagesRequest");
+        for f in [
+            "max_tokens",
+            "tools",
+            "tool_choice",
+            "thinking",
+            "output_config",
+            "system",
+        ] {
+            assert!(msg_req.contains_key(f), "MessagesRequest.{f}");
+        }
         let err = &doc["paths"]["/v1/messages"]["post"]["responses"]["400"];
         assert!(err.to_string().contains("AnthropicError"), "{err}");
         assert!(schemas["ToolChoice"].to_string().contains("\"required\""));
@@ -624,6 +644,11 @@ mod tests {
             assert!(bare[req]["properties"].get("n").is_some(), "{req}");
         }
         assert!(!bare["ToolChoice"].to_string().contains("\"required\""));
+        assert!(!bare["AnthropicToolChoice"].to_string().contains("\"any\""));
+        assert!(bare["ResponsesRequest"]["properties"].get("text").is_none());
+        assert!(bare["MessagesRequest"]["properties"]
+            .get("output_config")
+            .is_none());
         assert!(bare["ToolChoice"].to_string().contains("\"auto\""));
     }
 }

@@ -12,6 +12,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::openai::XDspark;
+use crate::openapi::{FunctionType, ObjectSchema, ToolChoice};
 
 // ---- requests shared pieces -------------------------------------------------------------
 
@@ -122,6 +123,52 @@ pub struct ResponsesRequest {
     repetition_penalty: Option<f64>,
     reasoning: Option<RespReasoning>,
     stream: Option<bool>,
+    tools: Option<Vec<RespTool>>,
+    /// `none`, `auto`, `required`; `{"type": "function", "name": ...}` (one of `tools`) is
+    /// accepted too.
+    tool_choice: Option<ToolChoice>,
+    text: Option<RespText>,
+    /// Echoed back.
+    metadata: Option<std::collections::BTreeMap<String, String>>,
+    /// Echoed back.
+    parallel_tool_calls: Option<bool>,
+    /// Only `false`: nothing is stored (schema set by `refine`).
+    #[schema(value_type = Option<bool>)]
+    store: Option<()>,
+    /// Only `disabled` (schema set by `refine`).
+    #[schema(value_type = Option<String>)]
+    truncation: Option<()>,
+}
+
+/// A function tool (`{type: "function", name, description, parameters, strict}`).
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RespTool {
+    #[schema(inline)]
+    r#type: FunctionType,
+    name: String,
+    description: Option<String>,
+    parameters: Option<ObjectSchema>,
+    strict: Option<bool>,
+}
+
+/// `text.format`: as chat's `response_format`, with the `json_schema` fields one level up.
+#[derive(ToSchema, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+enum RespFormat {
+    Text,
+    JsonObject,
+    JsonSchema {
+        name: String,
+        schema: Option<ObjectSchema>,
+        strict: Option<bool>,
+    },
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RespText {
+    format: Option<RespFormat>,
 }
 
 #[derive(ToSchema, Deserialize)]
@@ -191,6 +238,77 @@ pub struct MessagesRequest {
     #[schema(max_items = 16)]
     stop_sequences: Option<Vec<String>>,
     stream: Option<bool>,
+    tools: Option<Vec<AnthropicTool>>,
+    tool_choice: Option<AnthropicToolChoice>,
+    thinking: Option<Thinking>,
+    output_config: Option<OutputConfig>,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum CustomType {
+    Custom,
+}
+
+/// A client tool (no server tools).
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnthropicTool {
+    #[schema(inline)]
+    r#type: Option<CustomType>,
+    name: String,
+    description: Option<String>,
+    input_schema: ObjectSchema,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum AnthropicToolChoiceMode {
+    Auto,
+    Any,
+    None,
+}
+
+/// `{type: auto|any|none}`; `{type: "tool", name}` (one of `tools`) is accepted too, but
+/// JSON Schema cannot tie the name to `tools`, so it is not listed.
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnthropicToolChoice {
+    #[schema(inline)]
+    r#type: AnthropicToolChoiceMode,
+}
+
+/// `thinking`: turns the template's thinking on or off (`budget_tokens` is not enforced).
+#[derive(ToSchema, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+enum Thinking {
+    Enabled {
+        #[schema(minimum = 0)]
+        budget_tokens: u64,
+    },
+    Adaptive,
+    Disabled,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum JsonSchemaType {
+    JsonSchema,
+}
+
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutputFormat {
+    #[schema(inline)]
+    r#type: JsonSchemaType,
+    schema: ObjectSchema,
+}
+
+/// `output_config.format`: structured output by a JSON Schema.
+#[derive(ToSchema, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutputConfig {
+    format: Option<OutputFormat>,
 }
 
 /// `POST /v1/messages/count_tokens`: as `/v1/messages`, `max_tokens` optional.
@@ -235,20 +353,23 @@ pub fn refine(doc: &mut serde_json::Value) {
             }
         }
     }
+    let resp = &mut schemas["ResponsesRequest"]["properties"];
+    resp["store"] = json!({"enum": [false, null]});
+    resp["truncation"] = json!({"enum": ["disabled", null]});
     let chat = &mut schemas["ChatCompletionRequest"];
     chat["if"] =
         json!({"properties": {"top_logprobs": {"minimum": 1}}, "required": ["top_logprobs"]});
     chat["then"] = json!({"properties": {"logprobs": {"const": true}}, "required": ["logprobs"]});
 }
 
-/// Drops what needs an output grammar: `response_format`, and `"required"` among the
-/// `tool_choice` modes.
+/// Drops what needs an output grammar: `response_format` (`text` on Responses,
+/// `output_config` on Messages), and `"required"` / `"any"` among the `tool_choice` modes.
 pub fn without_grammars(doc: &mut serde_json::Value) {
     fn drop_required(v: &mut serde_json::Value) {
         match v {
             serde_json::Value::Object(m) => {
                 if let Some(serde_json::Value::Array(e)) = m.get_mut("enum") {
-                    e.retain(|x| x != "required");
+                    e.retain(|x| x != "required" && x != "any");
                 }
                 m.values_mut().for_each(drop_required);
             }
@@ -262,7 +383,16 @@ pub fn without_grammars(doc: &mut serde_json::Value) {
             p.remove("response_format");
         }
     }
+    for (schema, field) in [
+        ("ResponsesRequest", "text"),
+        ("MessagesRequest", "output_config"),
+    ] {
+        if let Some(p) = schemas[schema]["properties"].as_object_mut() {
+            p.remove(field);
+        }
+    }
     drop_required(&mut schemas["ToolChoice"]);
+    drop_required(&mut schemas["AnthropicToolChoice"]);
 }
 
 // ---- responses --------------------------------------------------------------------------
