@@ -20,9 +20,13 @@ pub struct ModelArgs {
     /// Activation dtype: f32, f16 or bf16 (default: f32 on cpu, bf16 on cuda).
     #[arg(long)]
     pub dtype: Option<String>,
-    /// Keep GGUF block-quantized weights quantized instead of dequantizing to the dtype.
-    #[arg(long)]
+    /// Keep GGUF block-quantized weights quantized (the default; run by the packed kernels).
+    #[arg(long, conflicts_with = "dequantize")]
     pub keep_quantized: bool,
+    /// Dequantize GGUF block-quantized weights to the dtype at load (more memory; the
+    /// reference arithmetic of transformers' GGUF loader).
+    #[arg(long)]
+    pub dequantize: bool,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -66,7 +70,11 @@ pub fn flag_layer(m: &ModelArgs, s: &SpecArgs) -> Settings {
         backend: m.backend.clone(),
         device: m.device.clone(),
         dtype: m.dtype.clone(),
-        keep_quantized: m.keep_quantized.then_some(true),
+        keep_quantized: if m.dequantize {
+            Some(false)
+        } else {
+            m.keep_quantized.then_some(true)
+        },
         mode: s.mode.as_deref().and_then(dspark_hub::Mode::parse),
         drafter: s.drafter.clone(),
         max_draft: s.max_draft,

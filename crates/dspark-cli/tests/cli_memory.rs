@@ -39,7 +39,8 @@ fn generate(env: &[(&str, &str)], extra: &[&str]) -> (bool, String, String) {
 #[test]
 fn too_large_is_refused_with_the_numbers() {
     // 135 M parameters dequantized to f32 need 0.54 GB; say 0.3 GB is available
-    let (ok, stdout, stderr) = generate(&[("DSPARK_MEMORY_AVAILABLE_MB", "300")], &[]);
+    let (ok, stdout, stderr) =
+        generate(&[("DSPARK_MEMORY_AVAILABLE_MB", "300")], &["--dequantize"]);
     assert!(!ok, "loaded anyway: {stdout}");
     assert!(
         stderr.contains("needs about 0.54 GB") && stderr.contains("0.30 GB is available"),
@@ -48,12 +49,11 @@ fn too_large_is_refused_with_the_numbers() {
     assert!(stderr.contains("dequantized to F32"), "{stderr}");
     assert!(stdout.is_empty(), "generated before refusing: {stdout}");
 
-    // kept quantized, the same file fits (about 0.12 GB)
-    let (ok, _, stderr) = generate(
-        &[("DSPARK_MEMORY_AVAILABLE_MB", "300")],
-        &["--keep-quantized"],
-    );
-    assert!(ok, "{stderr}");
+    // kept quantized (the default, and said explicitly), the same file fits (about 0.12 GB)
+    for extra in [&[][..], &["--keep-quantized"][..]] {
+        let (ok, _, stderr) = generate(&[("DSPARK_MEMORY_AVAILABLE_MB", "300")], extra);
+        assert!(ok, "{extra:?}: {stderr}");
+    }
 
     // and the override loads it
     let (ok, _, stderr) = generate(
@@ -61,7 +61,7 @@ fn too_large_is_refused_with_the_numbers() {
             ("DSPARK_MEMORY_AVAILABLE_MB", "300"),
             ("DSPARK_SKIP_MEMORY_CHECK", "1"),
         ],
-        &[],
+        &["--dequantize"],
     );
     assert!(ok, "{stderr}");
 }

@@ -60,7 +60,8 @@ pub fn defaults() -> Settings {
         mode: Some(crate::registry::Mode::Baseline),
         backend: Some("auto".into()),
         device: Some("auto".into()),
-        keep_quantized: Some(false),
+        // GGUF blocks run packed (W2-1's kernels, batch-invariant); `--dequantize` opts out
+        keep_quantized: Some(true),
         confidence_threshold: Some(0.0),
         prefix_cache: Some(true),
         prefix_cache_slots: Some(8),
