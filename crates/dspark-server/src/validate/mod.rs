@@ -92,6 +92,7 @@ pub mod messages;
 mod numbers;
 pub mod outputs;
 pub mod responses;
+mod unsupported;
 
 type VResult<T> = Result<T, ValidationError>;
 
@@ -203,6 +204,7 @@ fn opt_uint(o: &Map<String, Json>, k: &str) -> VResult<Option<u64>> {
 }
 
 pub fn validate(o: &Map<String, Json>, kind: Kind, limits: &Limits) -> VResult<ValidRequest> {
+    unsupported::check(o, kind)?;
     let model = opt_str(o, "model")?;
     let mut max_tokens = None;
     for k in ["max_completion_tokens", "max_tokens"] {
