@@ -197,6 +197,17 @@ mod tests {
     }
 
     #[test]
+    fn the_request_parser_runs_the_check() {
+        let limits = super::super::Limits::default();
+        let body = br#"{"messages":[{"role":"user","content":"hi"}],"reasoning_effort":"low"}"#;
+        let e = super::super::parse_body(body, Kind::Chat, &limits).unwrap_err();
+        assert_eq!(e.param(), Some("reasoning_effort"));
+        let body = br#"{"prompt":"hi","echo":true}"#;
+        let e = super::super::parse_body(body, Kind::Completion, &limits).unwrap_err();
+        assert_eq!(e.param(), Some("echo"));
+    }
+
+    #[test]
     fn neutral_values_and_other_routes_pass() {
         for (body, kind) in [
             (json!({"modalities": ["text"]}), Kind::Chat),
