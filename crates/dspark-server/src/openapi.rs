@@ -199,7 +199,9 @@ pub(crate) struct PropertySchema {
 pub(crate) struct ObjectSchema {
     #[schema(inline)]
     r#type: ObjectType,
-    properties: Option<std::collections::BTreeMap<String, PropertySchema>>,
+    /// Optional, but never null (llguidance refuses `"properties": null`).
+    #[serde(default)]
+    properties: std::collections::BTreeMap<String, PropertySchema>,
 }
 
 #[derive(ToSchema, Deserialize)]
@@ -608,6 +610,10 @@ mod tests {
             "{}",
             chat_req["top_p"]
         );
+        // found by a run against `--model demo`: a null `properties` is refused by llguidance
+        let obj = &schemas["ObjectSchema"];
+        assert_eq!(obj["properties"]["properties"]["type"], "object", "{obj}");
+        assert_eq!(obj["required"], serde_json::json!(["type"]), "{obj}");
         let resp_req = props("ResponsesRequest");
         for f in [
             "input",
