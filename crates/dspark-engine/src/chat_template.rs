@@ -171,8 +171,9 @@ pub fn normalize_messages(messages: &Json) -> Result<Json, TemplateError> {
             Some(Json::Array(parts)) => {
                 let texts: Option<Vec<&str>> = parts
                     .iter()
+                    // a part without `type` is text, as the server's validator takes it
                     .map(|p| match p.get("type").and_then(Json::as_str) {
-                        Some("text") => p.get("text").and_then(Json::as_str),
+                        None | Some("text") => p.get("text").and_then(Json::as_str),
                         _ => None,
                     })
                     .collect();
@@ -604,7 +605,8 @@ mod tests {
                 {"type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}},
                 {"name": "g", "arguments": "not json"}
             ]},
-            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            {"role": "tool", "content": [{"text": "c"}, {"type": "text", "text": "d"}]}
         ]);
         let n = normalize_messages(&m).unwrap();
         assert_eq!(n[0]["content"], json!(""));
@@ -614,6 +616,7 @@ mod tests {
         );
         assert_eq!(n[0]["tool_calls"][1]["arguments"], json!("not json"));
         assert_eq!(n[1]["content"], json!("a\nb"));
+        assert_eq!(n[2]["content"], json!("c\nd"));
     }
 
     #[test]
