@@ -3,8 +3,9 @@
 schemathesis (pinned in scripts/e2e-venv.sh) reads the served description and sends generated
 requests to every operation: valid bodies, and bodies that break the schema. The run passes
 only if no response is a 5xx, every status code and content type is one the description
-declares, every JSON body conforms to its declared schema (streamed events too). Bodies the schema
-forbids are sent as well (negative mode) and must not cause a 5xx either. Seeded and bounded to stay well under a
+declares, every JSON body conforms to its declared schema (streamed events too), and every body
+the schema allows is accepted. Bodies the schema forbids are sent as well (negative mode) and
+must not cause a 5xx either. Seeded and bounded to stay well under a
 minute in CI.
 """
 

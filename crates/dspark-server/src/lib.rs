@@ -13,6 +13,7 @@ pub mod middleware;
 pub mod openai;
 pub mod openapi;
 pub mod openapi_extra;
+pub mod openapi_parts;
 pub mod responses_sse;
 pub mod routes;
 pub mod scripted;

@@ -8,7 +8,8 @@
 //!
 //! Adding a route: write a `#[utoipa::path]` stub below (method, path, request body,
 //! responses) and list it in [`ApiDoc`]'s `paths(...)`; types it names must derive
-//! `utoipa::ToSchema`.
+//! `utoipa::ToSchema`. Bodies built with `json!` (Responses, Messages) have their schemas in
+//! `openapi_extra.rs`, which also adds the rules the attributes cannot write (`refine`).
 
 use axum::extract::State;
 use axum::Json;
@@ -21,6 +22,7 @@ use crate::openapi_extra::{
     AnthropicError, AnthropicMessage, CountTokens, CountTokensRequest, MessagesRequest,
     ResponseObject, ResponsesRequest,
 };
+use crate::openapi_parts::{NamedToolChoice, ResponseFormat, Tool, ToolChoice};
 use crate::AppState;
 
 /// `{"error": {...}}`, the body of every error response.
@@ -164,125 +166,6 @@ struct StreamOptions {
 enum Stop {
     One(String),
     Many(Vec<String>),
-}
-
-#[derive(ToSchema, Deserialize)]
-#[serde(rename_all = "lowercase")]
-#[allow(dead_code)]
-pub(crate) enum ObjectType {
-    Object,
-}
-
-#[derive(ToSchema, Deserialize)]
-#[serde(rename_all = "lowercase")]
-#[allow(dead_code)]
-pub(crate) enum ScalarType {
-    String,
-    Integer,
-    Number,
-    Boolean,
-}
-
-#[derive(ToSchema, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-pub(crate) struct PropertySchema {
-    #[schema(inline)]
-    r#type: ScalarType,
-}
-
-/// A JSON Schema for an object. The server takes any JSON Schema that llguidance compiles;
-/// the description lists flat objects of scalar properties, which always compile.
-#[derive(ToSchema, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-pub(crate) struct ObjectSchema {
-    #[schema(inline)]
-    r#type: ObjectType,
-    /// Optional, but never null (llguidance refuses `"properties": null`).
-    #[serde(default)]
-    properties: std::collections::BTreeMap<String, PropertySchema>,
-}
-
-#[derive(ToSchema, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-struct JsonSchemaFormat {
-    name: String,
-    strict: Option<bool>,
-    /// Absent: any JSON object.
-    schema: Option<ObjectSchema>,
-}
-
-/// `response_format`: the output is constrained to JSON (`json_object`) or to a schema.
-#[derive(ToSchema, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-#[allow(dead_code)]
-enum ResponseFormat {
-    Text,
-    JsonObject,
-    JsonSchema { json_schema: JsonSchemaFormat },
-}
-
-#[derive(ToSchema, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-struct FunctionDef {
-    name: String,
-    description: Option<String>,
-    parameters: Option<ObjectSchema>,
-}
-
-#[derive(ToSchema, Deserialize)]
-#[serde(rename_all = "lowercase")]
-#[allow(dead_code)]
-pub(crate) enum FunctionType {
-    Function,
-}
-
-#[derive(ToSchema, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-struct Tool {
-    #[schema(inline)]
-    r#type: FunctionType,
-    function: FunctionDef,
-}
-
-#[derive(ToSchema, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-struct NamedFunction {
-    name: String,
-}
-
-/// `{"type": "function", "function": {"name": ...}}`: forces a call of that tool.
-#[derive(ToSchema, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-struct NamedToolChoice {
-    #[schema(inline)]
-    r#type: FunctionType,
-    function: NamedFunction,
-}
-
-#[derive(ToSchema, Deserialize)]
-#[serde(rename_all = "lowercase")]
-#[allow(dead_code)]
-pub(crate) enum ToolChoiceMode {
-    None,
-    Auto,
-    Required,
-}
-
-/// `tool_choice`: `none`, `auto` or `required` (a call of one of `tools`, grammar-forced).
-/// The server also takes a `NamedToolChoice` (listed in the components), which must name one
-/// of `tools`: JSON Schema cannot tie the two fields together, so it is not listed here.
-#[derive(ToSchema, Deserialize)]
-#[serde(untagged)]
-#[allow(dead_code)]
-pub(crate) enum ToolChoice {
-    Mode(#[schema(inline)] ToolChoiceMode),
 }
 
 /// `POST /v1/chat/completions` (unset sampling fields: greedy, no truncation, no penalty).

@@ -12,7 +12,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::openai::XDspark;
-use crate::openapi::{FunctionType, ObjectSchema, ToolChoice};
+use crate::openapi_parts::{FunctionType, ObjectSchema, ToolChoice};
 
 // ---- requests shared pieces -------------------------------------------------------------
 
