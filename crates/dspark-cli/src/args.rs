@@ -20,10 +20,10 @@ pub struct ModelArgs {
     /// Activation dtype: f32, f16 or bf16 (default: f32 on cpu, bf16 on cuda).
     #[arg(long)]
     pub dtype: Option<String>,
-    /// Keep GGUF block-quantized weights quantized (the default; run by the packed kernels).
+    /// Keep GGUF block-quantized weights quantized (run by the packed kernels; less memory).
     #[arg(long, conflicts_with = "dequantize")]
     pub keep_quantized: bool,
-    /// Dequantize GGUF block-quantized weights to the dtype at load (more memory; the
+    /// Dequantize GGUF block-quantized weights to the dtype at load (the default; the
     /// reference arithmetic of transformers' GGUF loader).
     #[arg(long)]
     pub dequantize: bool,

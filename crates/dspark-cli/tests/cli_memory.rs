@@ -47,13 +47,22 @@ fn too_large_is_refused_with_the_numbers() {
         "{stderr}"
     );
     assert!(stderr.contains("dequantized to F32"), "{stderr}");
+    assert!(
+        stderr.contains("--keep-quantized would hold about 0.12 GB"),
+        "{stderr}"
+    );
     assert!(stdout.is_empty(), "generated before refusing: {stdout}");
 
-    // kept quantized (the default, and said explicitly), the same file fits (about 0.12 GB)
-    for extra in [&[][..], &["--keep-quantized"][..]] {
-        let (ok, _, stderr) = generate(&[("DSPARK_MEMORY_AVAILABLE_MB", "300")], extra);
-        assert!(ok, "{extra:?}: {stderr}");
-    }
+    // by default (dequantized) it is refused the same way
+    let (ok, _, stderr) = generate(&[("DSPARK_MEMORY_AVAILABLE_MB", "300")], &[]);
+    assert!(!ok && stderr.contains("needs about 0.54 GB"), "{stderr}");
+
+    // kept quantized, the same file fits (about 0.12 GB)
+    let (ok, _, stderr) = generate(
+        &[("DSPARK_MEMORY_AVAILABLE_MB", "300")],
+        &["--keep-quantized"],
+    );
+    assert!(ok, "{stderr}");
 
     // and the override loads it
     let (ok, _, stderr) = generate(

@@ -60,8 +60,12 @@ pub fn defaults() -> Settings {
         mode: Some(crate::registry::Mode::Baseline),
         backend: Some("auto".into()),
         device: Some("auto".into()),
-        // GGUF blocks run packed (W2-1's kernels, batch-invariant); `--dequantize` opts out
-        keep_quantized: Some(true),
+        // GGUF blocks are dequantized unless asked (`--keep-quantized`): the packed kernels round
+        // activations to 8 bits as llama.cpp does, and on the demo's Q4_1 that turns 'What is
+        // the capital of France?' into a degenerate loop (llama.cpp's own answer starts the
+        // same way) where the dequantized weights answer 'Paris' as transformers does. MLX
+        // affine weights stay packed either way (f32 activations).
+        keep_quantized: Some(false),
         confidence_threshold: Some(0.0),
         prefix_cache: Some(true),
         prefix_cache_slots: Some(8),

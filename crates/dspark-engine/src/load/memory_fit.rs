@@ -33,9 +33,11 @@ pub fn weights_estimate<B: Backend>(
         (
             n * bytes,
             format!(
-                "{:.0} M parameters dequantized to {:?}",
+                "{:.0} M parameters dequantized to {:?}; --keep-quantized would hold about \
+                 {:.2} GB",
                 n as f64 / 1e6,
-                backend.compute_dtype()
+                backend.compute_dtype(),
+                (file_bytes + file_bytes / 4) as f64 / 1e9
             ),
         )
     } else if gguf {
