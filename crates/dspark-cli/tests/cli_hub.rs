@@ -62,12 +62,19 @@ fn pull_interrupted_by_ctrl_c_resumes_without_refetching() {
     let srv = start(hub);
     let env = Env::new();
 
-    let mut child = env
-        .cmd(&srv.endpoint)
-        .args(["pull", REPO])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut cmd = env.cmd(&srv.endpoint);
+    cmd.args(["pull", REPO]).stderr(std::process::Stdio::null());
+    // A shell without job control starts background jobs with SIGINT ignored, and the child
+    // would inherit that (the test then waits forever): give it the terminal's default.
+    // SAFETY: only async-signal-safe `signal` runs between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
     rx.recv_timeout(Duration::from_secs(60))
         .expect("the server sent the first part");
     // The bytes are on the wire; wait (bounded) until the client has written them.
