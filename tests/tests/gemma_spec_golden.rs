@@ -7,74 +7,16 @@
 //! and the output. The reference may overshoot `max_new_tokens` by a block; we never do, so
 //! our rounds are compared as a prefix. Runs on the backend of `DSPARK_BACKEND`.
 
-use std::cell::RefCell;
-use std::rc::Rc;
-
 use dspark_engine::backend::Backend;
 use dspark_engine::drafters::{load_dflash, load_dspark};
-use dspark_engine::error::EngineError;
 use dspark_engine::generate::{GenParams, GenResult};
 use dspark_engine::model::open_checkpoint;
 use dspark_engine::model::transformer::Transformer;
 use dspark_engine::sampling::SamplingParams;
-use dspark_engine::spec::{decode, Drafter, DrafterState, Proposal, SpecParams};
+use dspark_engine::spec::{decode, Drafter, SpecParams};
+use dspark_tests::recorder::Recorder;
 use dspark_tests::{as_u32s, fixture, on_backend};
-use rand::RngCore;
 use serde_json::Value;
-
-/// Forwards to a drafter and records `[pending] + drafts` of every proposal.
-struct Log<'a, B: Backend> {
-    inner: &'a mut dyn Drafter<B>,
-    rounds: Rc<RefCell<Vec<Vec<u32>>>>,
-}
-
-impl<B: Backend> Drafter<B> for Log<'_, B> {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-    fn block_len(&self) -> usize {
-        self.inner.block_len()
-    }
-    fn taps(&self) -> &[usize] {
-        self.inner.taps()
-    }
-    fn prefill(&mut self, t: &[u32], s: usize, x: Option<&B::Tensor>) -> Result<(), EngineError> {
-        self.inner.prefill(t, s, x)
-    }
-    fn propose(
-        &mut self,
-        target: &Transformer<B>,
-        pending: u32,
-        pos: usize,
-        max: usize,
-        spec: &SpecParams,
-        sampling: &SamplingParams,
-        rng: &mut dyn RngCore,
-    ) -> Result<Proposal, EngineError> {
-        let p = self
-            .inner
-            .propose(target, pending, pos, max, spec, sampling, rng)?;
-        let mut fed = vec![pending];
-        fed.extend_from_slice(&p.tokens);
-        self.rounds.borrow_mut().push(fed);
-        Ok(p)
-    }
-    fn commit(&mut self, t: &[u32], pos: usize, x: Option<&B::Tensor>) -> Result<(), EngineError> {
-        self.inner.commit(t, pos, x)
-    }
-    fn truncate(&mut self, len: usize) {
-        self.inner.truncate(len)
-    }
-    fn len(&self) -> usize {
-        self.inner.len()
-    }
-    fn take_state(&mut self) -> DrafterState<B> {
-        self.inner.take_state()
-    }
-    fn put_state(&mut self, s: DrafterState<B>) {
-        self.inner.put_state(s)
-    }
-}
 
 fn run<B: Backend>(
     t: &Transformer<B>,
@@ -83,11 +25,7 @@ fn run<B: Backend>(
     max_new: usize,
     thr: f32,
 ) -> (GenResult, Vec<Vec<u32>>) {
-    let rounds = Rc::new(RefCell::new(Vec::new()));
-    let mut log = Log {
-        inner: d,
-        rounds: rounds.clone(),
-    };
+    let mut log = Recorder::new(d);
     log.truncate(0);
     let params = GenParams {
         max_new_tokens: max_new,
@@ -108,8 +46,7 @@ fn run<B: Backend>(
         &mut Vec::new(),
     )
     .unwrap();
-    let rounds = rounds.borrow().clone();
-    (r, rounds)
+    (r, log.rounds())
 }
 
 /// Our run against one reference record; returns the rounds compared.
