@@ -75,8 +75,7 @@ pub fn affine_gemv(x: &[f32], m: usize, k: usize, w: Affine<'_>, n: usize, y: &m
     // per row and group: Σ x (for the bias term)
     let xsum: Vec<f32> = x.chunks_exact(w.group).map(|g| g.iter().sum()).collect();
     let kern = kernel(w.bits);
-    const COLS_PER_TASK: usize = 32;
-    super::column_tasks(y, n, COLS_PER_TASK, n * k * m, |cols| {
+    super::column_tasks(y, n, n * k * m, |cols| {
         for j in cols.j0..cols.j1 {
             let codes = &w.codes[j * row_bytes..(j + 1) * row_bytes];
             for r in 0..m {

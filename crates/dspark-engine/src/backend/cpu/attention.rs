@@ -5,8 +5,6 @@
 //! Each query row is computed alone with a fixed instruction sequence, so the output of a row
 //! is the same whether it comes in a verify block or as a single decode step.
 
-use rayon::prelude::*;
-
 use crate::backend::AttnMask;
 
 /// A strided 4-d view `[b, h, l, d]` into a flat f32 buffer (elements, not bytes).
@@ -115,10 +113,19 @@ pub fn attention(
             row(t, o, &mut scores);
         }
     } else {
-        out.par_chunks_mut(d).enumerate().for_each_init(
-            || Vec::with_capacity(lk),
-            |scores, (t, o)| row(t, o, scores),
-        );
+        // one contiguous run of rows per thread, each with its own score buffer
+        let per = tasks.div_ceil(super::pool::threads());
+        let base = super::SendPtr(out.as_mut_ptr());
+        super::pool::run(tasks.div_ceil(per), &|c: usize| {
+            let p = base;
+            let mut scores = Vec::with_capacity(lk);
+            for t in c * per..((c + 1) * per).min(tasks) {
+                // SAFETY: row t's output is out[t*d..(t+1)*d]; chunks of rows are disjoint
+                // and `out` outlives the pool job.
+                let o = unsafe { std::slice::from_raw_parts_mut(p.0.add(t * d), d) };
+                row(t, o, &mut scores);
+            }
+        });
     }
     Ok(out)
 }

@@ -9,9 +9,6 @@
 /// Rows up to which [`gemv`] is used (above it, a blocked GEMM wins).
 pub const MAX_ROWS: usize = 32;
 
-/// Columns per parallel task: large enough to amortise scheduling, small enough to balance.
-const COLS_PER_TASK: usize = 64;
-
 /// `y[m * n]` (row-major) from `x[m * k]` and f32 weights `w[n * k]` (row-major `[out, in]`).
 /// Panics on inconsistent slice lengths (callers check shapes first).
 pub fn gemv_f32(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, y: &mut [f32]) {
@@ -72,7 +69,7 @@ fn drive<T: Sync>(
     assert_eq!(x.len(), m * k, "gemv: x is not m*k");
     assert_eq!(w.len(), n * k, "gemv: w is not n*k");
     assert_eq!(y.len(), m * n, "gemv: y is not m*n");
-    super::column_tasks(y, n, COLS_PER_TASK, n * k * m, |cols| {
+    super::column_tasks(y, n, n * k * m, |cols| {
         for j in cols.j0..cols.j1 {
             let wj = &w[j * k..(j + 1) * k];
             for r in 0..m {
@@ -245,7 +242,6 @@ mod avx512 {
 
     const ROWS: usize = 3;
     const COLS: usize = 2;
-    const COLS_PER_TASK: usize = 64;
 
     /// Rows below this go through the one-column dot (the decode path).
     pub const TILE_ROWS: usize = 3;
@@ -254,7 +250,7 @@ mod avx512 {
         assert_eq!(x.len(), m * k, "gemv: x is not m*k");
         assert_eq!(w.len(), n * k, "gemv: w is not n*k");
         assert_eq!(y.len(), m * n, "gemv: y is not m*n");
-        super::super::column_tasks(y, n, COLS_PER_TASK, n * k * m, |cols| {
+        super::super::column_tasks(y, n, n * k * m, |cols| {
             let mut out = [[0f32; COLS]; ROWS];
             for j in (cols.j0..cols.j1).step_by(COLS) {
                 let nc = (cols.j1 - j).min(COLS);
