@@ -1,21 +1,40 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (no Rust there), from the repository root, what scripts/build-cuda.sh
-# built and packed: the CUDA test binaries (golden_tiny, spec_greedy, spec_golden), `dspark
-# generate`/`bench` on the tiny fixtures and, with --q8b, `dspark bench` on a random
-# Qwen3-8B-shaped bf16 checkpoint written there by scripts/bench/make_qwen3_8b_random.py.
-# Usage: scripts/run-cuda.sh [--q8b] [PACK]   (PACK: default target/cuda/carry/cuda-bins.tar.xz)
-# Logs go to $OUT (the device tool's result folder) or to target/cuda/run.
+# built and packed: the CUDA test binaries (golden_tiny, spec_greedy, spec_golden) and `dspark
+# generate`/`bench` on the tiny fixtures; with --q8b, `dspark bench` on a random Qwen3-8B-shaped
+# bf16 checkpoint (and random DFlash/DSpark-shaped drafters) written there by
+# scripts/bench/make_qwen3_8b_random.py: baseline at 1024 and 8192 context, verify cost, oracle
+# forced-tau spec runs, a per-op profile; with --hf, HF transformers on the same checkpoint
+# (scripts/bench/hf_cuda_decode.py; needs no binaries).
+# Usage: scripts/run-cuda.sh [--no-tests] [--q8b] [--hf] [PACK]
+#   (PACK: default target/cuda/carry/cuda-bins.tar.xz)
+# Logs go to $OUT (the device tool's result folder, which takes back at most 8 files) or to
+# target/cuda/run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-Q8B=0 PACK=target/cuda/carry/cuda-bins.tar.xz
+Q8B=0 HF=0 TESTS=1 PACK=target/cuda/carry/cuda-bins.tar.xz
 for a in "$@"; do
   case $a in
     --q8b) Q8B=1 ;;
+    --hf) HF=1 ;;
+    --no-tests) TESTS=0 ;;
     *) PACK=$a ;;
   esac
 done
 LOG=${OUT:-$PWD/target/cuda/run}
 mkdir -p "$LOG"
+M=/tmp/q8b
+checkpoint() { # the random 8B-shaped target, drafters and prompt ids (1024 and 8192 tokens)
+  [ -f $M/dspark-b7/config.json ] && return 0
+  ( time timeout 200 python3 scripts/bench/make_qwen3_8b_random.py $M --seed 0 --context 1024 \
+    --prompts 2 --long-context 8192 --drafters ) 2>&1 | tee -a "$LOG/q8b.txt"
+}
+if [ $HF = 1 ]; then
+  checkpoint
+  timeout 420 python3 scripts/bench/hf_cuda_decode.py $M "$LOG/hf.json" $M/prompt_ids.json \
+    $M/prompt_ids_8192.json:static 2>&1 | grep -v Warning | tail -20 | tee -a "$LOG/q8b.txt"
+  [ $Q8B = 1 ] || [ $TESTS = 1 ] || exit 0
+fi
 BIN=/tmp/dspark-cuda
 unxz() { # xz, or Python's lzma where the image has no xz
   if command -v xz >/dev/null; then xz -dc "$1"; else
@@ -39,9 +58,9 @@ export DSPARK_TESTS_DIR=$PWD/tests
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   ldd $BIN/dspark | grep -i "cuda\|not found"
-} 2>&1 | tee "$LOG/env.txt"
+} 2>&1 | tee -a "$LOG/tests.txt"
 fails=0
-for t in golden_tiny spec_greedy spec_golden; do
+for t in $([ $TESTS = 1 ] && echo golden_tiny spec_greedy spec_golden); do
   echo "== $t" | tee -a "$LOG/tests.txt"
   ( time timeout 150 $BIN/$t --test-threads=1 --nocapture ) >>"$LOG/tests.txt" 2>&1 || fails=$((fails + 1))
   grep -E "^test result|FAILED|panicked|on candle cuda" "$LOG/tests.txt" | tail -20
@@ -56,14 +75,25 @@ T=tests/fixtures/spec/models
   python3 -c 'import json; print(json.dumps([[5, 9, 11, 13, 17, 19, 23, 29]] * 3))' >/tmp/ids.json
   $BIN/dspark bench --model $T/target --device cuda --dtype f32 --mode dflash \
     --drafter $T/dflash-accept --prompt-ids /tmp/ids.json --max-tokens 64 --mem-bandwidth-gbs 4130 \
-    --out "$LOG/bench_tiny.json"
-} >"$LOG/tiny.txt" 2>&1
-tail -25 "$LOG/tiny.txt"
+    --out /tmp/bench_tiny.json
+} >>"$LOG/tests.txt" 2>&1
+tail -25 "$LOG/tests.txt"
 if [ $Q8B = 1 ]; then
-  M=/tmp/q8b
-  ( time timeout 150 python3 scripts/bench/make_qwen3_8b_random.py $M --seed 0 --context 1024 --prompts 2 ) 2>&1 |
-    tee "$LOG/q8b.txt"
-  ( time timeout 180 $BIN/dspark bench --model $M --device cuda --dtype bf16 --mode baseline \
-    --prompt-ids $M/prompt_ids.json --max-tokens 128 --mem-bandwidth-gbs 4130 --out "$LOG/bench_q8b.json" ) >>"$LOG/q8b.txt" 2>&1
-  tail -30 "$LOG/q8b.txt"
+  checkpoint
+  B="$BIN/dspark bench --model $M --device cuda --dtype bf16 --mem-bandwidth-gbs 4130"
+  q() { echo "== $*" >>"$LOG/q8b.txt"; ( time timeout 150 "$@" ) >>"$LOG/q8b.txt" 2>&1; tail -12 "$LOG/q8b.txt"; }
+  # 1024 context: baseline, verify 4/8/16, DFlash-shaped drafter under the oracle at tau 2, 4, 6.5
+  q $B --max-tokens 128 --prompt-ids $M/prompt_ids.json --mode dflash --drafter $M/dflash-b16 --baseline-only \
+    --verify-cost 4,8,16 --oracle-tau 2,4,6.5 --out "$LOG/bench_q8b_dflash.json"
+  # the DSpark-shaped drafter (block 7; no confidence truncation, so the oracle's block is whole)
+  q $B --max-tokens 128 --prompt-ids $M/prompt_ids.json --mode dspark --drafter $M/dspark-b7 --confidence-threshold 0 \
+    --baseline-only --oracle-tau 2,4,6.5 --out "$LOG/bench_q8b_dspark.json"
+  # 8192 context: baseline and verify cost
+  q $B --max-tokens 128 --prompt-ids $M/prompt_ids_8192.json --mode baseline --verify-cost 4,8,16 \
+    --out "$LOG/bench_q8b_8192.json"
+  # where a decode step's time goes: per-op wall time, the device synced at each op's ends
+  python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))[:1]))' $M/prompt_ids.json >/tmp/one.json
+  export DSPARK_PROFILE=1
+  q $B --prompt-ids /tmp/one.json --mode baseline --max-tokens 32 \
+    --out "$LOG/bench_q8b_profile.json"
 fi

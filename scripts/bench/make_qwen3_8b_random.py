@@ -7,10 +7,17 @@ intermediate 12288, vocab 151936, untied lm_head, q/k RMSNorm. Weights ~ N(0, 0.
 torch's generator seeded with --seed (on the GPU when there is one, so the same seed gives the same
 weights on the same kind of device), norms = 1. Also writes a WordLevel tokenizer.json over the
 full vocabulary ("<t0>".."<t151935>", no chat template) and prompt_ids.json: --prompts lists of
---context ids (from the same seed) for `dspark bench --prompt-ids`.
+--context ids (from the same seed) for `dspark bench --prompt-ids`; with --long-context N also
+prompt_ids_N.json.
+
+With --drafters, also random drafters at this shape, for the draft cost of
+`dspark bench --oracle-tau`: OUT_DIR/dflash-b16 (DFlash-shaped: 5 layers, block 16, taps of target
+layers 1, 9, 17, 25, 33, as z-lab's Qwen3-8B DFlash) and OUT_DIR/dspark-b7 (DSpark-shaped: the same
+backbone with block 7 plus a rank-256 Markov head and a confidence head; the target's embedding
+and LM head are shared). About 1.1 GB each.
 
 Usage: python3 scripts/bench/make_qwen3_8b_random.py OUT_DIR [--seed 0] [--context 1024]
-       [--prompts 2] [--layers 36]
+       [--prompts 2] [--layers 36] [--long-context 8192] [--drafters]
 About 16.4 GB on disk; about 30 s on the H200 machine.
 """
 
@@ -24,6 +31,7 @@ from safetensors.torch import save_file
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM = 4096, 36, 32, 8, 128
 INTER, VOCAB = 12288, 151936
+DRAFT_LAYERS, DRAFT_TAPS, MASK_ID, MARKOV_RANK = 5, [1, 9, 17, 25, 33], 151669, 256
 
 
 def config(layers):
@@ -54,6 +62,59 @@ def config(layers):
     }
 
 
+def drafter_config(kind):
+    """config.json of a DFlash-shaped (block 16) or DSpark-shaped (block 7) drafter."""
+    c = config(DRAFT_LAYERS)
+    c.pop("max_window_layers")
+    c["layer_types"] = ["full_attention"] * DRAFT_LAYERS
+    c["num_target_layers"] = LAYERS
+    if kind == "dflash":
+        c["architectures"] = ["DFlashDraftModel"]
+        c["block_size"] = 16
+        c["dflash_config"] = {"mask_token_id": MASK_ID, "target_layer_ids": DRAFT_TAPS, "block_size": 16}
+    else:
+        c["architectures"] = ["Qwen3DSparkModel"]
+        c.update({"block_size": 7, "mask_token_id": MASK_ID, "target_layer_ids": DRAFT_TAPS,
+                  "markov_rank": MARKOV_RANK, "markov_head_type": "vanilla",
+                  "enable_confidence_head": True, "confidence_head_with_markov": True,
+                  "final_logit_softcapping": None, "logits_start": 0})
+    return c
+
+
+def layer(rnd, ones, p):
+    """One Qwen3 decoder layer's weights under prefix p."""
+    return {
+        p + "input_layernorm.weight": ones(HIDDEN),
+        p + "post_attention_layernorm.weight": ones(HIDDEN),
+        p + "self_attn.q_proj.weight": rnd(HEADS * HEAD_DIM, HIDDEN),
+        p + "self_attn.k_proj.weight": rnd(KV_HEADS * HEAD_DIM, HIDDEN),
+        p + "self_attn.v_proj.weight": rnd(KV_HEADS * HEAD_DIM, HIDDEN),
+        p + "self_attn.o_proj.weight": rnd(HIDDEN, HEADS * HEAD_DIM),
+        p + "self_attn.q_norm.weight": ones(HEAD_DIM),
+        p + "self_attn.k_norm.weight": ones(HEAD_DIM),
+        p + "mlp.gate_proj.weight": rnd(INTER, HIDDEN),
+        p + "mlp.up_proj.weight": rnd(INTER, HIDDEN),
+        p + "mlp.down_proj.weight": rnd(HIDDEN, INTER),
+    }
+
+
+def write_drafter(out, kind, rnd, ones):
+    w = {"fc.weight": rnd(HIDDEN, HIDDEN * len(DRAFT_TAPS)), "hidden_norm.weight": ones(HIDDEN),
+         "norm.weight": ones(HIDDEN)}
+    for i in range(DRAFT_LAYERS):
+        w.update(layer(rnd, ones, f"layers.{i}."))
+    if kind == "dspark":
+        w["markov_head.markov_w1.weight"] = rnd(VOCAB, MARKOV_RANK)
+        w["markov_head.markov_w2.weight"] = rnd(VOCAB, MARKOV_RANK)
+        w["confidence_head.proj.weight"] = rnd(1, HIDDEN + MARKOV_RANK)
+        w["confidence_head.proj.bias"] = torch.zeros(1, dtype=torch.bfloat16)
+    d = os.path.join(out, "dflash-b16" if kind == "dflash" else "dspark-b7")
+    os.makedirs(d, exist_ok=True)
+    save_file(w, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(drafter_config(kind), f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -61,6 +122,8 @@ def main():
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--layers", type=int, default=LAYERS)
+    ap.add_argument("--long-context", type=int, default=0)
+    ap.add_argument("--drafters", action="store_true")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     t0 = time.time()
@@ -84,18 +147,7 @@ def main():
 
     cur["model.embed_tokens.weight"] = rnd(VOCAB, HIDDEN)
     for i in range(a.layers):
-        p = f"model.layers.{i}."
-        cur[p + "input_layernorm.weight"] = ones(HIDDEN)
-        cur[p + "post_attention_layernorm.weight"] = ones(HIDDEN)
-        cur[p + "self_attn.q_proj.weight"] = rnd(HEADS * HEAD_DIM, HIDDEN)
-        cur[p + "self_attn.k_proj.weight"] = rnd(KV_HEADS * HEAD_DIM, HIDDEN)
-        cur[p + "self_attn.v_proj.weight"] = rnd(KV_HEADS * HEAD_DIM, HIDDEN)
-        cur[p + "self_attn.o_proj.weight"] = rnd(HIDDEN, HEADS * HEAD_DIM)
-        cur[p + "self_attn.q_norm.weight"] = ones(HEAD_DIM)
-        cur[p + "self_attn.k_norm.weight"] = ones(HEAD_DIM)
-        cur[p + "mlp.gate_proj.weight"] = rnd(INTER, HIDDEN)
-        cur[p + "mlp.up_proj.weight"] = rnd(INTER, HIDDEN)
-        cur[p + "mlp.down_proj.weight"] = rnd(HIDDEN, INTER)
+        cur.update(layer(rnd, ones, f"model.layers.{i}."))
         if (i + 1) % 10 == 0:
             flush()
     cur["model.norm.weight"] = ones(HIDDEN)
@@ -132,6 +184,14 @@ def main():
     ids = torch.randint(0, VOCAB, (a.prompts, a.context), generator=pg).tolist()
     with open(os.path.join(a.out, "prompt_ids.json"), "w") as f:
         json.dump(ids, f)
+    if a.long_context:
+        ids = torch.randint(0, VOCAB, (a.prompts, a.long_context), generator=pg).tolist()
+        with open(os.path.join(a.out, f"prompt_ids_{a.long_context}.json"), "w") as f:
+            json.dump(ids, f)
+    if a.drafters:
+        # after the target's tensors, so the target's weights stay those of the same seed
+        for kind in ("dflash", "dspark"):
+            write_drafter(a.out, kind, rnd, ones)
     print(f"wrote {a.out}: {total / 1e9:.2f} GB in {len(shards)} shards, {time.time() - t0:.1f} s")
 
 

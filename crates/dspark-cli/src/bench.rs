@@ -15,6 +15,8 @@ use dspark_engine::pipeline::Pipeline;
 use dspark_engine::sampling::SamplingParams;
 use serde_json::json;
 
+mod forced;
+mod oracle;
 mod prefix;
 
 use dspark_engine::launch::{self, LaunchBackend, LaunchSpec, OnBackend};
@@ -59,6 +61,15 @@ pub struct BenchArgs {
     /// there.
     #[arg(long)]
     pub mem_bandwidth_gbs: Option<f64>,
+    /// Benchmarks only: also time one target forward over each of these token counts (e.g.
+    /// 4,8,16) at the first prompt's context length, against a one-token decode step.
+    #[arg(long, value_delimiter = ',')]
+    pub verify_cost: Vec<usize>,
+    /// Benchmarks only: run the configured drafter's forward every round but propose the
+    /// baseline's own greedy continuation with acceptance forced to each of these mean tau
+    /// (e.g. 2,4,6.5), measuring spec speed without a trained drafter (an "oracle" drafter).
+    #[arg(long, value_delimiter = ',')]
+    pub oracle_tau: Vec<f64>,
 }
 
 const BUILTIN: [&str; 6] = [
@@ -352,6 +363,19 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
             "verify_share": ss.verify / ss.decode_secs, "max_draft": pipe.spec.max_draft, "greedy_identical": identical,
             "pct_of_baseline_ceiling": 100.0 * tps / ceiling, "cpu_ms_per_token": 1e3 * cpu_spec / ss.tokens.max(1) as f64,
             "cpu_time_ratio_vs_baseline": cpu_ratio});
+    }
+    if !a.verify_cost.is_empty() {
+        out["verify_cost"] = forced::verify_cost(&pipe, &ids[0], &a.verify_cost, 10)?;
+    }
+    if !a.oracle_tau.is_empty() {
+        out["oracle"] = forced::oracle_runs(
+            &mut pipe,
+            &a.oracle_tau,
+            &ids,
+            &base_ids,
+            &params,
+            base_decode_tps,
+        )?;
     }
     if let Some(py) = &a.hf_python {
         let script =

@@ -118,6 +118,13 @@ impl<B: Backend> Pipeline<B> {
         self.drafter.as_ref().map(|d| d.name())
     }
 
+    /// Moves the drafter out (the pipeline then runs baseline only), for a benchmark that
+    /// drives `spec::decode::generate` itself with a wrapped drafter.
+    pub fn take_drafter(&mut self) -> Option<Box<dyn Drafter<B>>> {
+        self.mode = Mode::Baseline;
+        self.drafter.take()
+    }
+
     /// One generation with the target alone, whatever the mode (benchmarks' reference).
     pub fn generate_baseline(
         &mut self,

@@ -1,5 +1,8 @@
 //! Opt-in wall-time profile per backend operation (`DSPARK_PROFILE=1`), for `dspark bench`'s
-//! per-op table. The candle CPU backend is eager, so each op's span is its own cost.
+//! per-op table. The candle CPU backend is eager, so each op's span is its own cost; an
+//! asynchronous device (CUDA) installs [`set_sync`], so that a span waits for the device at
+//! both ends and charges each op its own kernels' time (the waits slow the run down: a
+//! profile, not a speed measurement).
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
@@ -16,6 +19,24 @@ pub fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("DSPARK_PROFILE").is_ok_and(|v| v != "0" && !v.is_empty()))
 }
 
+type SyncFn = Box<dyn Fn() + Send + Sync>;
+
+fn sync_hook() -> &'static OnceLock<SyncFn> {
+    static S: OnceLock<SyncFn> = OnceLock::new();
+    &S
+}
+
+/// Installs the device wait that every span runs before reading the clock (first one wins).
+pub fn set_sync(f: SyncFn) {
+    let _ = sync_hook().set(f);
+}
+
+fn sync() {
+    if let Some(f) = sync_hook().get() {
+        f();
+    }
+}
+
 /// Records the time until it is dropped under `name`.
 pub struct Span {
     name: &'static str,
@@ -24,6 +45,7 @@ pub struct Span {
 
 impl Drop for Span {
     fn drop(&mut self) {
+        sync();
         let dt = self.start.elapsed().as_secs_f64();
         if let Ok(mut t) = table().lock() {
             let e = t.entry(self.name).or_insert((0.0, 0));
@@ -35,9 +57,12 @@ impl Drop for Span {
 
 /// A span when profiling is on.
 pub fn span(name: &'static str) -> Option<Span> {
-    enabled().then(|| Span {
-        name,
-        start: Instant::now(),
+    enabled().then(|| {
+        sync();
+        Span {
+            name,
+            start: Instant::now(),
+        }
     })
 }
 

@@ -73,6 +73,12 @@ impl CandleBackend {
     /// `cuda:N` with the `cuda` feature, else an error.
     pub fn cuda(ordinal: usize) -> BResult<Self> {
         let device = Device::new_cuda(ordinal).map_err(err)?;
+        if crate::backend::profile::enabled() {
+            let d = device.clone();
+            crate::backend::profile::set_sync(Box::new(move || {
+                let _ = d.synchronize();
+            }));
+        }
         Ok(CandleBackend {
             device,
             dtype: DType::BF16,
