@@ -193,12 +193,16 @@ mod x86 {
     }
 }
 
-/// Verify blocks (3 or more rows) with AVX-512VL's 32 vector registers: a tile of up to 3 rows
-/// × 2 columns shares each load, and every output runs exactly the instruction sequence of
-/// [`x86::dot_f32`] / [`x86::dot_bf16`] (four 8-lane accumulators over 32-wide steps, one over
-/// 8-wide steps, the same horizontal sum, scalar fused multiply-adds for the tail). A verify row
-/// therefore gives the bits of a one-row decode step, which streams one column at a time (the
-/// fastest way to read the weights here: measured 15-20% faster than 16-lane code at m = 1).
+/// Verify blocks (3 or more rows) with AVX-512's 32 vector registers: a tile of up to 4 rows
+/// × 3 columns shares each load, and every output runs exactly the arithmetic of
+/// [`x86::dot_f32`] / [`x86::dot_bf16`]. That dot keeps four 8-lane accumulators over 32-wide
+/// steps; here each pair of them is one 16-lane register (lanes 0-7 are the first accumulator,
+/// 8-15 the second), and a fused multiply-add is per lane, so every lane sees the same
+/// operations in the same order. The halves are split back out for the same horizontal sum,
+/// then the same 8-wide and scalar tails. A verify row therefore gives the bits of a one-row
+/// decode step, which streams one column at a time (the fastest way to read the weights at
+/// m = 1: measured 15-20% faster than 16-lane code there), while the tile does twice the work
+/// per instruction of the 8-lane tile it replaces.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
@@ -209,8 +213,11 @@ mod avx512 {
             && std::is_x86_feature_detected!("avx512vl")
     }
 
-    /// 8 weights from `p`, widened to f32, and one weight as f32 (the scalar tail).
+    /// Weights from `p`, widened to f32: 16 (`load16`), 8 (`load8`) or one (the scalar tail).
     pub trait Load: Copy + Sync {
+        /// # Safety
+        /// AVX-512F available; 16 elements readable at `p`.
+        unsafe fn load16(p: *const Self) -> __m512;
         /// # Safety
         /// AVX2 available; 8 elements readable at `p`.
         unsafe fn load8(p: *const Self) -> __m256;
@@ -218,6 +225,11 @@ mod avx512 {
     }
 
     impl Load for f32 {
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn load16(p: *const f32) -> __m512 {
+            _mm512_loadu_ps(p)
+        }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
         unsafe fn load8(p: *const f32) -> __m256 {
@@ -230,6 +242,12 @@ mod avx512 {
 
     impl Load for half::bf16 {
         #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn load16(p: *const half::bf16) -> __m512 {
+            let h = _mm256_loadu_si256(p as *const __m256i);
+            _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+        }
+        #[inline]
         #[target_feature(enable = "avx2,fma")]
         unsafe fn load8(p: *const half::bf16) -> __m256 {
             let h = _mm_loadu_si128(p as *const __m128i);
@@ -240,8 +258,11 @@ mod avx512 {
         }
     }
 
-    const ROWS: usize = 3;
-    const COLS: usize = 2;
+    const ROWS: usize = 4;
+    const COLS: usize = 3;
+    /// Prefetch distance in columns (two column tiles): the demo's 9-row verify over all
+    /// weights went from 22 to 18 ms (6 and 12 tried; 6 was best).
+    const PREFETCH_COLS: usize = 2 * COLS;
 
     /// Rows below this go through the one-column dot (the decode path).
     pub const TILE_ROWS: usize = 3;
@@ -252,13 +273,24 @@ mod avx512 {
         assert_eq!(y.len(), m * n, "gemv: y is not m*n");
         super::super::column_tasks(y, n, n * k * m, |cols| {
             let mut out = [[0f32; COLS]; ROWS];
+            // balanced row tiles (9 rows: 3 + 3 + 3, not 4 + 4 + 1)
+            let per = m.div_ceil(m.div_ceil(ROWS));
             for j in (cols.j0..cols.j1).step_by(COLS) {
                 let nc = (cols.j1 - j).min(COLS);
-                for r0 in (0..m).step_by(ROWS) {
-                    let nr = (m - r0).min(ROWS);
+                for r0 in (0..m).step_by(per) {
+                    let nr = (m - r0).min(per);
+                    // the first row tile also prefetches the column tile PREFETCH_COLS ahead:
+                    // the later row tiles read from L1 and issue no loads the hardware
+                    // prefetcher could follow, so without this the weight stream stalls
+                    let pf = if r0 == 0 && j + PREFETCH_COLS + COLS <= cols.j1 {
+                        // SAFETY: column j + PREFETCH_COLS + COLS - 1 < n exists.
+                        unsafe { w.as_ptr().add((j + PREFETCH_COLS) * k) }
+                    } else {
+                        std::ptr::null()
+                    };
                     // SAFETY: AVX-512F/VL, AVX2 and FMA detected; rows r0..r0+nr of x and
                     // columns j..j+nc of w exist (lengths asserted above).
-                    unsafe { dispatch(x, r0, nr, w, j, nc, k, &mut out) };
+                    unsafe { dispatch(x, r0, nr, w, j, nc, k, pf, &mut out) };
                     for (i, row) in out[..nr].iter().enumerate() {
                         for (c, v) in row[..nc].iter().enumerate() {
                             cols.set(r0 + i, j + c, *v);
@@ -279,18 +311,19 @@ mod avx512 {
         j: usize,
         nc: usize,
         k: usize,
+        pf: *const T,
         out: &mut [[f32; COLS]; ROWS],
     ) {
         let (xp, wp) = (x.as_ptr().add(r0 * k), w.as_ptr().add(j * k));
         macro_rules! go {
             ($($r:literal, $c:literal);*) => {
                 match (nr, nc) {
-                    $(($r, $c) => tile::<$r, $c, T>(xp, wp, k, out),)*
+                    $(($r, $c) => tile::<$r, $c, T>(xp, wp, k, pf, out),)*
                     _ => unreachable!("tile {nr}x{nc}"),
                 }
             };
         }
-        go!(1, 1; 1, 2; 2, 1; 2, 2; 3, 1; 3, 2)
+        go!(1, 1; 1, 2; 1, 3; 2, 1; 2, 2; 2, 3; 3, 1; 3, 2; 3, 3; 4, 1; 4, 2; 4, 3)
     }
 
     #[inline]
@@ -299,22 +332,42 @@ mod avx512 {
         xp: *const f32,
         wp: *const T,
         k: usize,
+        pf: *const T,
         out: &mut [[f32; COLS]; ROWS],
     ) {
-        let mut a = [[[_mm256_setzero_ps(); 4]; C]; R];
+        // z[r][c][h]: lanes 0-7 = the dot's accumulator 2h, lanes 8-15 = accumulator 2h+1
+        let mut z = [[[_mm512_setzero_ps(); 2]; C]; R];
         let mut i = 0;
         while i + 32 <= k {
-            for q in 0..4 {
-                let o = i + 8 * q;
-                let wv: [__m256; C] = std::array::from_fn(|c| T::load8(wp.add(c * k + o)));
-                for (r, ar) in a.iter_mut().enumerate() {
-                    let xv = _mm256_loadu_ps(xp.add(r * k + o));
-                    for (acc, wc) in ar.iter_mut().zip(&wv) {
-                        acc[q] = _mm256_fmadd_ps(xv, *wc, acc[q]);
+            if !pf.is_null() {
+                for c in 0..COLS {
+                    let p = pf.add(c * k + i) as *const i8;
+                    _mm_prefetch::<_MM_HINT_T0>(p);
+                    _mm_prefetch::<_MM_HINT_T0>(p.add(64));
+                }
+            }
+            for h in 0..2 {
+                let o = i + 16 * h;
+                let wv: [__m512; C] = std::array::from_fn(|c| T::load16(wp.add(c * k + o)));
+                for (r, zr) in z.iter_mut().enumerate() {
+                    let xv = _mm512_loadu_ps(xp.add(r * k + o));
+                    for (acc, wc) in zr.iter_mut().zip(&wv) {
+                        acc[h] = _mm512_fmadd_ps(xv, *wc, acc[h]);
                     }
                 }
             }
             i += 32;
+        }
+        // back to the dot's four 8-lane accumulators for its 8-wide tail
+        let mut a = [[[_mm256_setzero_ps(); 4]; C]; R];
+        for (ar, zr) in a.iter_mut().zip(&z) {
+            for (ac, zc) in ar.iter_mut().zip(zr) {
+                for h in 0..2 {
+                    ac[2 * h] = _mm512_castps512_ps256(zc[h]);
+                    ac[2 * h + 1] =
+                        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(zc[h])));
+                }
+            }
         }
         while i + 8 <= k {
             let wv: [__m256; C] = std::array::from_fn(|c| T::load8(wp.add(c * k + i)));
@@ -442,6 +495,43 @@ mod timing {
                 "f32 n={n} m={m}: {:.1} us/call, {:.3} ns/(row*weight)",
                 ns / 1e3,
                 ns / (m * n * k) as f64
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod probe {
+    /// The demo's 30 layers of f32 matrices and its head (~540 MB, beyond any cache), called
+    /// with 1, 5 and 9 rows as decode and verify do; wall time over both threads:
+    /// `cargo test --release -p dspark-engine gemv_model_probe -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn gemv_model_probe() {
+        let mk = |n: usize, k: usize| -> (usize, usize, Vec<f32>) {
+            (
+                n,
+                k,
+                (0..n * k).map(|i| ((i * 31) % 13) as f32 * 0.1).collect(),
+            )
+        };
+        let mut mats = Vec::new();
+        for _ in 0..30 {
+            mats.extend([mk(960, 576), mk(576, 576), mk(3072, 576), mk(576, 1536)]);
+        }
+        mats.push(mk(49152, 576));
+        for m in [1usize, 5, 9, 9, 1] {
+            let x: Vec<f32> = (0..m * 1536).map(|i| (i % 7) as f32 - 3.0).collect();
+            let mut y = vec![0f32; m * 49152];
+            let t = std::time::Instant::now();
+            for _ in 0..5 {
+                for (n, k, w) in &mats {
+                    super::gemv_f32(&x[..m * k], m, *k, w, *n, &mut y[..m * n]);
+                }
+            }
+            println!(
+                "model m={m}: {:.2} ms wall",
+                t.elapsed().as_secs_f64() * 1e3 / 5.0
             );
         }
     }
