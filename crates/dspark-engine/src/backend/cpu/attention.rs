@@ -95,11 +95,7 @@ pub fn attention(
             max = max.max(s);
             scores.push(s);
         }
-        let mut sum = 0f32;
-        for s in scores.iter_mut() {
-            *s = (*s - max).exp();
-            sum += *s;
-        }
+        let sum = super::softmax::exp_shifted(scores, max);
         let inv = 1.0 / sum;
         for (j, s) in (lo..hi).zip(scores.iter()) {
             super::gemv::axpy(s * inv, v.row(bi, kh, j), o);

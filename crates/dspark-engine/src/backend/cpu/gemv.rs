@@ -50,8 +50,16 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     portable::dot_f32(a, b)
 }
 
-/// `y += alpha * x` (a plain loop the compiler vectorises).
+/// `y += alpha * x`: fused multiply-adds 16 lanes at a time where AVX-512 is present, else a
+/// plain loop the compiler vectorises. Either way each element's arithmetic is fixed, so the
+/// attention rows that use it stay batch-invariant.
 pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
+    assert_eq!(x.len(), y.len(), "axpy: lengths differ");
+    #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        // SAFETY: AVX-512F detected at run time; equal lengths checked above.
+        return unsafe { avx512::axpy(alpha, x, y) };
+    }
     for (yi, xi) in y.iter_mut().zip(x) {
         *yi += alpha * xi;
     }
@@ -255,6 +263,22 @@ mod avx512 {
         }
         fn one(self) -> f32 {
             self.to_f32()
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
+        let a = _mm512_set1_ps(alpha);
+        let n = x.len();
+        let mut i = 0;
+        while i + 16 <= n {
+            let yv = _mm512_loadu_ps(y.as_ptr().add(i));
+            let r = _mm512_fmadd_ps(a, _mm512_loadu_ps(x.as_ptr().add(i)), yv);
+            _mm512_storeu_ps(y.as_mut_ptr().add(i), r);
+            i += 16;
+        }
+        for t in i..n {
+            y[t] = alpha.mul_add(x[t], y[t]);
         }
     }
 

@@ -14,6 +14,7 @@ pub mod qgemv;
 pub mod qpack;
 pub mod qrows;
 pub mod rope;
+pub mod softmax;
 pub mod swiglu;
 
 /// Below this many multiply-adds a call runs inline: a thread hand-off costs more.
