@@ -11,7 +11,7 @@ use candle_core::{DType as CDType, Device, Module, Tensor};
 use super::{err, CandleBackend};
 use crate::backend::cpu::affine::{self, Affine, OwnedParams};
 use crate::backend::cpu::qpack::{QFormat, QPacked};
-use crate::backend::cpu::{gemv::MAX_ROWS, ops as cpu_ops};
+use crate::backend::cpu::{gemv, ops as cpu_ops};
 use crate::backend::{profile, BResult, DType};
 use crate::weights::HostTensor;
 
@@ -201,13 +201,13 @@ impl CandleBackend {
                 let cpu_kernel = self.cpu_kernels()
                     && x.dtype() == CDType::F32
                     && matches!(w.dtype(), CDType::F32 | CDType::BF16);
-                if cpu_kernel && rows <= MAX_ROWS {
+                if cpu_kernel && gemv::takes_rows(rows) {
                     return x
                         .contiguous()
                         .and_then(|x| x.apply_op2_no_bwd(w, &cpu_ops::Gemv))
                         .map_err(err);
                 }
-                // prefill: a blocked GEMM (bf16 weights widened for the call)
+                // prefill without AVX-512: a blocked GEMM (bf16 weights widened for the call)
                 let w = if w.dtype() != x.dtype() {
                     w.to_dtype(x.dtype()).map_err(err)?
                 } else {
