@@ -27,7 +27,7 @@ M=/tmp/q8b
 checkpoint() { # the random 8B-shaped target, drafters and prompt ids (1024 and 8192 tokens)
   [ -f $M/dspark-b7/config.json ] && return 0
   ( time timeout 200 python3 scripts/bench/make_qwen3_8b_random.py $M --seed 0 --context 1024 \
-    --prompts 2 --long-context 8192 --drafters ) 2>&1 | tee -a "$LOG/q8b.txt"
+    --prompts 2 --long-context 8192 --drafters --decisive ) 2>&1 | tee -a "$LOG/q8b.txt"
 }
 if [ $HF = 1 ]; then
   checkpoint

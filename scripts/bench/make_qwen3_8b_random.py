@@ -16,8 +16,16 @@ layers 1, 9, 17, 25, 33, as z-lab's Qwen3-8B DFlash) and OUT_DIR/dspark-b7 (DSpa
 backbone with block 7 plus a rank-256 Markov head and a confidence head; the target's embedding
 and LM head are shared). About 1.1 GB each.
 
+With --decisive, the embedding has std 8 instead of 0.02 and the LM head's row perm[u] is token
+u's embedding (scaled back to std 0.02) for a seeded permutation perm: the embedding then makes up
+most of the final hidden state (the 36 random layers add an rms of roughly 8, by estimate), so the greedy token
+after u is perm[u] with a margin of many standard deviations of the other logits. bf16 rounding
+then cannot flip a greedy choice between a one-token decode step and a multi-token verify (with
+N(0, 0.02) everywhere the top logits are near-ties and the two paths diverge within a few tokens),
+which `dspark bench --oracle-tau` needs. Timing does not depend on the values.
+
 Usage: python3 scripts/bench/make_qwen3_8b_random.py OUT_DIR [--seed 0] [--context 1024]
-       [--prompts 2] [--layers 36] [--long-context 8192] [--drafters]
+       [--prompts 2] [--layers 36] [--long-context 8192] [--drafters] [--decisive]
 About 16.4 GB on disk; about 30 s on the H200 machine.
 """
 
@@ -31,6 +39,7 @@ from safetensors.torch import save_file
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM = 4096, 36, 32, 8, 128
 INTER, VOCAB = 12288, 151936
+DECISIVE_STD = 8.0
 DRAFT_LAYERS, DRAFT_TAPS, MASK_ID, MARKOV_RANK = 5, [1, 9, 17, 25, 33], 151669, 256
 
 
@@ -124,6 +133,7 @@ def main():
     ap.add_argument("--layers", type=int, default=LAYERS)
     ap.add_argument("--long-context", type=int, default=0)
     ap.add_argument("--drafters", action="store_true")
+    ap.add_argument("--decisive", action="store_true")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     t0 = time.time()
@@ -145,13 +155,24 @@ def main():
             shards.append(dict(cur))
             cur.clear()
 
-    cur["model.embed_tokens.weight"] = rnd(VOCAB, HIDDEN)
+    emb = rnd(VOCAB, HIDDEN)
+    if a.decisive:
+        emb = emb * (DECISIVE_STD / 0.02)
+    cur["model.embed_tokens.weight"] = emb
     for i in range(a.layers):
         cur.update(layer(rnd, ones, f"model.layers.{i}."))
         if (i + 1) % 10 == 0:
             flush()
     cur["model.norm.weight"] = ones(HIDDEN)
-    cur["lm_head.weight"] = rnd(VOCAB, HIDDEN)
+    if a.decisive:
+        # lm_head row perm[u] is token u's embedding (back at N(0, 0.02)): the greedy token
+        # after u is perm[u], by a margin no rounding can flip
+        perm = torch.randperm(VOCAB, generator=torch.Generator().manual_seed(a.seed + 2))
+        head = torch.empty_like(emb)
+        head[perm] = emb * (0.02 / DECISIVE_STD)
+        cur["lm_head.weight"] = head
+    else:
+        cur["lm_head.weight"] = rnd(VOCAB, HIDDEN)
     flush()
     total = 0
     for k, sh in enumerate(shards):

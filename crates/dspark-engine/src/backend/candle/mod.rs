@@ -38,7 +38,13 @@ pub struct CandleBackend {
     own_kernels: bool,
     /// What each loaded weight became (see `take_load_report`).
     report: std::sync::Arc<std::sync::Mutex<crate::backend::load_report::LoadReport>>,
+    /// The last attention mask built, with its key: every layer of one forward asks for the
+    /// same one, so it is built and copied to the device once per forward, not once per layer.
+    last_mask: std::sync::Arc<std::sync::Mutex<Option<(MaskKey, Tensor)>>>,
 }
+
+/// What an attention mask tensor is a function of: the mask, lq, lk and the query-head group.
+type MaskKey = (AttnMask, usize, usize, usize);
 
 fn own_kernels_from_env() -> bool {
     std::env::var("DSPARK_CPU_KERNELS").map_or(true, |v| v != "0")
@@ -67,6 +73,7 @@ impl CandleBackend {
             keep_quantized: false,
             own_kernels: own_kernels_from_env(),
             report: Default::default(),
+            last_mask: Default::default(),
         }
     }
 
@@ -85,6 +92,7 @@ impl CandleBackend {
             keep_quantized: false,
             own_kernels: false,
             report: Default::default(),
+            last_mask: Default::default(),
         })
     }
 
@@ -181,6 +189,13 @@ impl CandleBackend {
         if (0..lq).all(|i| (0..lk).all(|j| allowed(i, j))) {
             return Ok(None);
         }
+        let key = (mask, lq, lk, rep);
+        let mut last = self.last_mask.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((k, t)) = last.as_ref() {
+            if *k == key {
+                return Ok(Some(t.clone()));
+            }
+        }
         let mut m = Vec::with_capacity(rep * lq * lk);
         for _ in 0..rep {
             for i in 0..lq {
@@ -193,9 +208,9 @@ impl CandleBackend {
                 }
             }
         }
-        Tensor::from_vec(m, (rep * lq, lk), &self.device)
-            .map(Some)
-            .map_err(err)
+        let t = Tensor::from_vec(m, (rep * lq, lk), &self.device).map_err(err)?;
+        *last = Some((key, t.clone()));
+        Ok(Some(t))
     }
 }
 
