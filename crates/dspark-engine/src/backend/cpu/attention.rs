@@ -88,6 +88,22 @@ pub fn attention(
         if lo >= hi {
             return; // a row that sees no key (cannot happen for causal masks)
         }
+        let simd = super::attention_simd::Row {
+            q: qr.as_ptr(),
+            k: k.row(bi, kh, lo).as_ptr(),
+            ks: k.strides[2],
+            v: v.row(bi, kh, lo).as_ptr(),
+            vs: v.strides[2],
+            n: hi - lo,
+            d,
+            scale,
+        };
+        // the last visible rows exist (bounds-checked here) before raw reads up to them
+        let _ = (k.row(bi, kh, hi - 1), v.row(bi, kh, hi - 1));
+        // SAFETY: q holds d floats; key and value rows lo..hi are in bounds (checked above).
+        if unsafe { super::attention_simd::row(&simd, scores, o) } {
+            return;
+        }
         scores.clear();
         let mut max = f32::NEG_INFINITY;
         for j in lo..hi {
@@ -190,7 +206,14 @@ mod tests {
     #[test]
     fn matches_the_definition_and_is_row_invariant() {
         let mut seed = 7;
-        for &(hq, hkv, lq, lk, d) in &[(4, 2, 5, 9, 8), (3, 3, 1, 70, 64), (9, 3, 17, 40, 64)] {
+        for &(hq, hkv, lq, lk, d) in &[
+            (4, 2, 5, 9, 8),
+            (3, 3, 1, 70, 64),
+            (9, 3, 17, 40, 64),
+            (8, 2, 3, 13, 128),
+            (2, 1, 2, 9, 256),
+            (2, 2, 4, 21, 32),
+        ] {
             // keys/values live in a bigger cache buffer (capacity 96), read through a view
             let cap = 96;
             let kbuf = rand_vec(hkv * cap * d, &mut seed);

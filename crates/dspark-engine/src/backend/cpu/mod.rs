@@ -6,6 +6,7 @@
 
 pub mod affine;
 pub mod attention;
+mod attention_simd;
 pub mod contention;
 pub mod gemv;
 pub mod ops;
