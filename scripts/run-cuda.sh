@@ -6,18 +6,20 @@
 # scripts/bench/make_qwen3_8b_random.py: baseline at 1024 and 8192 context, verify cost, oracle
 # forced-tau spec runs, a per-op profile; with --hf, HF transformers on the same checkpoint
 # (scripts/bench/hf_cuda_decode.py; needs no binaries).
-# Usage: scripts/run-cuda.sh [--no-tests] [--q8b] [--hf] [PACK]
+# Usage: scripts/run-cuda.sh [--no-tests] [--q8b] [--hf] [--profile] [PACK]
+#   --profile: only the per-op profile run of --q8b (baseline and DFlash oracle rounds)
 #   (PACK: default target/cuda/carry/cuda-bins.tar.xz)
 # Logs go to $OUT (the device tool's result folder, which takes back at most 8 files) or to
 # target/cuda/run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-Q8B=0 HF=0 TESTS=1 PACK=target/cuda/carry/cuda-bins.tar.xz
+Q8B=0 HF=0 TESTS=1 PROF=0 PACK=target/cuda/carry/cuda-bins.tar.xz
 for a in "$@"; do
   case $a in
     --q8b) Q8B=1 ;;
     --hf) HF=1 ;;
     --no-tests) TESTS=0 ;;
+    --profile) PROF=1 ;;
     *) PACK=$a ;;
   esac
 done
@@ -91,9 +93,15 @@ if [ $Q8B = 1 ]; then
   # 8192 context: baseline and verify cost
   q $B --max-tokens 128 --prompt-ids $M/prompt_ids_8192.json --mode baseline --verify-cost 4,8,16 \
     --out "$LOG/bench_q8b_8192.json"
-  # where a decode step's time goes: per-op wall time, the device synced at each op's ends
+fi
+if [ $Q8B = 1 ] || [ $PROF = 1 ]; then
+  checkpoint
+  B="$BIN/dspark bench --model $M --device cuda --dtype bf16 --mem-bandwidth-gbs 4130"
+  q() { echo "== $*" >>"$LOG/q8b.txt"; ( time timeout 150 "$@" ) >>"$LOG/q8b.txt" 2>&1; tail -40 "$LOG/q8b.txt"; }
+  # where a decode step's and a spec round's time goes: per-op wall time, the device synced at
+  # each op's ends (baseline, then DFlash-shaped oracle rounds at tau 6.5)
   python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))[:1]))' $M/prompt_ids.json >/tmp/one.json
   export DSPARK_PROFILE=1
-  q $B --prompt-ids /tmp/one.json --mode baseline --max-tokens 32 \
-    --out "$LOG/bench_q8b_profile.json"
+  q $B --prompt-ids /tmp/one.json --mode dflash --drafter $M/dflash-b16 --baseline-only \
+    --oracle-tau 6.5 --max-tokens 64 --out "$LOG/bench_q8b_profile.json"
 fi

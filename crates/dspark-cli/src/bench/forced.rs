@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use dspark_engine::backend::Backend;
+use dspark_engine::backend::{profile, Backend};
 use dspark_engine::generate::GenParams;
 use dspark_engine::model::transformer::LogitsWanted;
 use dspark_engine::pipeline::Pipeline;
@@ -107,6 +107,7 @@ pub fn oracle_runs<B: Backend>(
     for (n, &tau) in taus.iter().enumerate() {
         let pattern = accept_pattern(tau, params.max_new_tokens + 1);
         let mut s = Sums::default();
+        let mut ops = Vec::new();
         for (i, (p, cont)) in ids.iter().zip(conts).enumerate() {
             if n == 0 && i == 0 {
                 // warm-up: the drafter's first forward and the verify shapes
@@ -130,6 +131,7 @@ pub fn oracle_runs<B: Backend>(
             cache.clear();
             oracle.truncate(0);
             oracle.script(p.len(), cont.clone(), pattern.clone());
+            let _ = profile::take();
             let r = decode::generate(
                 model,
                 &mut cache,
@@ -148,6 +150,7 @@ pub fn oracle_runs<B: Backend>(
             s.rounds += r.stats.accept_lengths.len();
             s.committed += r.stats.accept_lengths.iter().sum::<usize>();
             s.identical += usize::from(r.tokens == *cont);
+            ops.extend(profile::take());
         }
         let rounds = s.rounds.max(1) as f64;
         let tau_m = s.committed as f64 / rounds;
@@ -169,7 +172,9 @@ pub fn oracle_runs<B: Backend>(
             s.identical,
             ids.len()
         );
+        let per_round = per_round_ops(&ops, s.rounds.max(1));
         rows.push(json!({
+            "profile_ms_per_round": per_round,
             "tau_forced": tau, "tau_measured": tau_m, "drafter": drafter,
             "decode_tok_s": tps, "tok_s_end_to_end": s.tokens as f64 / s.secs,
             "speedup_vs_baseline_decode": speedup, "rounds": s.rounds,
@@ -181,4 +186,28 @@ pub fn oracle_runs<B: Backend>(
         }));
     }
     Ok(json!({"drafter": drafter, "block_len": oracle.block_len(), "runs": rows}))
+}
+
+/// Per-op wall ms per round (prefill included) from `DSPARK_PROFILE=1` spans, printed largest
+/// first; null when profiling is off.
+fn per_round_ops(ops: &[(&'static str, f64, u64)], rounds: usize) -> Value {
+    if ops.is_empty() {
+        return Value::Null;
+    }
+    let mut acc: std::collections::BTreeMap<&str, (f64, u64)> = Default::default();
+    for (name, secs, calls) in ops {
+        let e = acc.entry(name).or_default();
+        e.0 += secs;
+        e.1 += calls;
+    }
+    let mut v: Vec<_> = acc.into_iter().collect();
+    v.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+    let mut j = serde_json::Map::new();
+    for (name, (secs, calls)) in v {
+        let ms = 1e3 * secs / rounds as f64;
+        let per = calls as f64 / rounds as f64;
+        println!("    {name:<22} {ms:8.3} ms/round  {per:8.1} calls/round");
+        j.insert(name.to_string(), json!({"ms": ms, "calls": per}));
+    }
+    Value::Object(j)
 }
