@@ -286,8 +286,8 @@ pub fn finish_pipeline<B: LaunchBackend>(
                 .drafter
                 .as_ref()
                 .ok_or(LaunchError::NoDrafter(mode.as_str()))?;
-            let block = policy::drafter_block(mode, spec.max_draft);
-            let d = load_drafter(b, &b.draft_backend(), mode, path, &lm.model, block).map_err(
+            let len = policy::draft_len(mode, spec.max_draft);
+            let d = load_drafter(b, &b.draft_backend(), mode, path, &lm.model, len).map_err(
                 |error| LaunchError::Load {
                     path: path.clone(),
                     error,

@@ -12,6 +12,7 @@ use crate::load::LoadedModel;
 use crate::model::open_checkpoint;
 use crate::model::transformer::Transformer;
 use crate::prefix_cache::{PrefixCache, PrefixCacheConfig, PrefixCacheInfo};
+use crate::spec::policy::DraftLen;
 use crate::spec::{decode, Drafter, DrafterState, Mode, SpecParams};
 
 pub struct Pipeline<B: Backend> {
@@ -31,7 +32,7 @@ pub fn load_drafter<B: Backend>(
     mode: Mode,
     path: &Path,
     target: &Transformer<B>,
-    block: usize,
+    len: impl Into<DraftLen>,
 ) -> Result<Box<dyn Drafter<B>>, EngineError> {
     Ok(match mode {
         Mode::Baseline => {
@@ -44,7 +45,7 @@ pub fn load_drafter<B: Backend>(
         Mode::Draft => {
             let ck = open_checkpoint(path)?;
             let m = Transformer::load(draft_backend, ck.cfg, ck.source.as_ref())?;
-            Box::new(DraftModel::new(m, target.cfg.vocab_size, block)?)
+            Box::new(DraftModel::new(m, target.cfg.vocab_size, len)?)
         }
     })
 }

@@ -2,7 +2,8 @@
 //! `k` tokens per round, one forward each, keeping its own KV cache. The prompt is fed in one
 //! batched forward at prefill, right after the target's; tokens committed but not yet fed (the
 //! last accepted draft of a fully accepted block) wait in a backlog and are fed with the next
-//! round's first forward.
+//! round's first forward. With an adaptive [`DraftLen`] the number of drafts follows
+//! [`policy::next_draft_len`] from the rounds already verified.
 
 use rand::RngCore;
 
@@ -12,6 +13,7 @@ use crate::error::EngineError;
 use crate::kv::KvCache;
 use crate::model::transformer::{LogitsWanted, Transformer};
 use crate::sampling::{distribution, pick, SamplingParams};
+use crate::spec::policy::{self, DraftLen};
 use crate::spec::{Drafter, DrafterState, Proposal, SpecParams};
 
 pub struct DraftModel<B: Backend> {
@@ -20,15 +22,21 @@ pub struct DraftModel<B: Backend> {
     /// Committed tokens at positions `cache.len()..`, not yet fed.
     backlog: Vec<u32>,
     block: usize,
+    /// Drafts to propose next round when adaptive (`None`: always up to the round's max).
+    adaptive: Option<usize>,
+    /// Drafts proposed in the round being verified.
+    drafted: usize,
 }
 
 impl<B: Backend> DraftModel<B> {
-    /// `block`: the most drafts per round. Fails when the vocabularies differ.
+    /// `len`: the most drafts per round (a count), or an adaptive length. Fails when the
+    /// vocabularies differ.
     pub fn new(
         model: Transformer<B>,
         target_vocab: usize,
-        block: usize,
+        len: impl Into<DraftLen>,
     ) -> Result<Self, EngineError> {
+        let len = len.into();
         if model.cfg.vocab_size != target_vocab {
             return Err(EngineError::DrafterMismatch(format!(
                 "draft model vocabulary {} != target vocabulary {target_vocab}",
@@ -40,7 +48,12 @@ impl<B: Backend> DraftModel<B> {
             model,
             cache,
             backlog: Vec::new(),
-            block: block.max(1),
+            block: len.cap(),
+            adaptive: match len {
+                DraftLen::Adaptive { start, cap } => Some(start.clamp(1, cap.max(1))),
+                DraftLen::Fixed(_) => None,
+            },
+            drafted: 0,
         })
     }
 }
@@ -89,6 +102,7 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
         let b = self.model.backend().clone();
         let mut feed = std::mem::take(&mut self.backlog);
         feed.push(pending);
+        let max = self.adaptive.map_or(max, |k| k.min(max)).max(1);
         let mut tokens = Vec::with_capacity(max);
         let mut qs = Vec::new();
         // under a grammar, draft i is chosen from a row masked after drafts 0..i
@@ -116,6 +130,7 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
                 feed = vec![d];
             }
         }
+        self.drafted = tokens.len();
         let q = if sampling.is_greedy() { None } else { Some(qs) };
         Ok(Proposal { tokens, q })
     }
@@ -126,6 +141,11 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
         pos: usize,
         _taps: Option<&B::Tensor>,
     ) -> Result<(), EngineError> {
+        // tokens = pending + the accepted drafts
+        if let Some(k) = self.adaptive.as_mut() {
+            let accepted = tokens.len().saturating_sub(1);
+            *k = policy::next_draft_len(*k, self.drafted, accepted, self.block);
+        }
         // the cache holds pending + all but the last draft; accepted ones are a prefix of that
         let end = pos + tokens.len();
         self.cache.truncate(end);
