@@ -12,7 +12,8 @@ use dspark_engine::error::EngineError;
 use dspark_engine::generate::{baseline, GenParams, GenResult};
 use dspark_engine::model::transformer::Transformer;
 use dspark_engine::sampling::SamplingParams;
-use dspark_engine::spec::{decode, Drafter, SpecParams};
+use dspark_engine::spec::policy::{self, DraftLen};
+use dspark_engine::spec::{decode, Drafter, Mode, SpecParams};
 use dspark_engine::testing::{
     perturbed, random_dflash, random_dspark, random_target, DrafterSpec, Gen, RandomSpec,
 };
@@ -92,27 +93,30 @@ fn draft_model_greedy<B: Backend>(b: B) {
         let (_, other) = random_target(&spec, 1000 + seed);
         let drafters = [tsrc.clone(), perturbed(&tsrc, 0.3, seed), other];
         for (k, dsrc) in drafters.iter().enumerate() {
-            let mut d = DraftModel::new(model(&b, &spec, dsrc), 64, 8).unwrap();
-            for c in cases(seed * 10 + k as u64, 6, 64) {
-                let base = run_baseline(&target, &c);
-                let sp = run_spec(&target, &mut d, &c);
-                assert_eq!(
-                    sp.tokens, base.tokens,
-                    "seed {seed} drafter {k} prompt {:?}",
-                    c.prompt
-                );
-                assert_eq!(sp.finish_reason, base.finish_reason);
-                if sp.stats.accept_lengths.iter().any(|&a| a > 1) {
-                    accepted_runs[k] += 1;
+            // a fixed draft count and the adaptive one the launcher uses by default
+            for len in [DraftLen::Fixed(8), policy::draft_len(Mode::Draft, None)] {
+                let mut d = DraftModel::new(model(&b, &spec, dsrc), 64, len).unwrap();
+                for c in cases(seed * 10 + k as u64, 6, 64) {
+                    let base = run_baseline(&target, &c);
+                    let sp = run_spec(&target, &mut d, &c);
+                    assert_eq!(
+                        sp.tokens, base.tokens,
+                        "seed {seed} drafter {k} {len:?} prompt {:?}",
+                        c.prompt
+                    );
+                    assert_eq!(sp.finish_reason, base.finish_reason);
+                    if sp.stats.accept_lengths.iter().any(|&a| a > 1) {
+                        accepted_runs[k] += 1;
+                    }
+                    combos += 1;
                 }
-                combos += 1;
             }
         }
     }
-    assert_eq!(combos, 72);
+    assert_eq!(combos, 144);
     // the self-drafter must exercise long accepted runs, the perturbed one partial ones
     assert!(
-        accepted_runs[0] > 12 && accepted_runs[1] > 6,
+        accepted_runs[0] > 24 && accepted_runs[1] > 12,
         "{accepted_runs:?}"
     );
 }
