@@ -241,3 +241,51 @@ fn drafters_that_do_not_fit_the_target_are_rejected_with_the_mismatch_named() {
     let e = err(DraftModel::new(dm, 64, 4).map(|_| ()));
     assert!(e.contains("vocabulary 80"), "{e}");
 }
+
+/// A seeded sampled request draws the same tokens whatever ran before it on the same drafter:
+/// the adaptive draft count restarts with every sequence (it once carried over, so a request
+/// repeated after another one consumed its random numbers differently; the openai-SDK e2e test
+/// of seeded `n` caught it).
+#[test]
+fn adaptive_draft_count_restarts_with_every_sequence() {
+    on_backend!(adaptive_restart)
+}
+
+fn adaptive_restart<B: Backend>(b: B) {
+    let spec = RandomSpec::tiny(64);
+    let (_, tsrc) = random_target(&spec, 3);
+    let target = model(&b, &spec, &tsrc);
+    let len = policy::draft_len(Mode::Draft, None);
+    let mut d = DraftModel::new(model(&b, &spec, &perturbed(&tsrc, 0.3, 3)), 64, len).unwrap();
+    let sampled = |d: &mut DraftModel<B>, prompt: &[u32], seed: u64| {
+        let p = GenParams {
+            max_new_tokens: 40,
+            sampling: SamplingParams {
+                temperature: 1.0,
+                seed: Some(seed),
+                ..SamplingParams::default()
+            },
+            eos: vec![],
+        };
+        let s = SpecParams {
+            max_draft: 8,
+            confidence_threshold: 0.0,
+        };
+        d.truncate(0);
+        decode::generate(
+            &target,
+            &mut target.new_cache(),
+            d,
+            prompt,
+            &p,
+            &s,
+            &mut Vec::new(),
+        )
+        .unwrap()
+        .tokens
+    };
+    let first = sampled(&mut d, &[1, 2, 3], 7);
+    // another sequence in between moves the draft count
+    sampled(&mut d, &[5, 4, 3, 2, 1, 0, 7], 11);
+    assert_eq!(sampled(&mut d, &[1, 2, 3], 7), first);
+}

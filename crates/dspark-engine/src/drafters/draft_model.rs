@@ -22,8 +22,9 @@ pub struct DraftModel<B: Backend> {
     /// Committed tokens at positions `cache.len()..`, not yet fed.
     backlog: Vec<u32>,
     block: usize,
-    /// Drafts to propose next round when adaptive (`None`: always up to the round's max).
-    adaptive: Option<usize>,
+    /// Drafts to propose next round when adaptive, and the count each sequence starts from
+    /// (`None`: always up to the round's max).
+    adaptive: Option<(usize, usize)>,
     /// Drafts proposed in the round being verified.
     drafted: usize,
 }
@@ -50,7 +51,10 @@ impl<B: Backend> DraftModel<B> {
             backlog: Vec::new(),
             block: len.cap(),
             adaptive: match len {
-                DraftLen::Adaptive { start, cap } => Some(start.clamp(1, cap.max(1))),
+                DraftLen::Adaptive { start, cap } => {
+                    let s = start.clamp(1, cap.max(1));
+                    Some((s, s))
+                }
                 DraftLen::Fixed(_) => None,
             },
             drafted: 0,
@@ -74,6 +78,11 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
         _taps: Option<&B::Tensor>,
     ) -> Result<(), EngineError> {
         self.truncate(start);
+        // every sequence starts its draft count afresh: a seeded sampled request must draw the
+        // same random numbers whatever the server served before it
+        if let Some((k, first)) = self.adaptive.as_mut() {
+            *k = *first;
+        }
         self.backlog.extend_from_slice(tokens);
         let feed = std::mem::take(&mut self.backlog);
         if !feed.is_empty() {
@@ -102,7 +111,7 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
         let b = self.model.backend().clone();
         let mut feed = std::mem::take(&mut self.backlog);
         feed.push(pending);
-        let max = self.adaptive.map_or(max, |k| k.min(max)).max(1);
+        let max = self.adaptive.map_or(max, |(k, _)| k.min(max)).max(1);
         let mut tokens = Vec::with_capacity(max);
         let mut qs = Vec::new();
         // under a grammar, draft i is chosen from a row masked after drafts 0..i
@@ -142,7 +151,7 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
         _taps: Option<&B::Tensor>,
     ) -> Result<(), EngineError> {
         // tokens = pending + the accepted drafts
-        if let Some(k) = self.adaptive.as_mut() {
+        if let Some((k, _)) = self.adaptive.as_mut() {
             let accepted = tokens.len().saturating_sub(1);
             *k = policy::next_draft_len(*k, self.drafted, accepted, self.block);
         }
