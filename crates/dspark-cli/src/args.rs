@@ -55,7 +55,8 @@ pub struct SpecArgs {
     /// draft-model drafter: the same GGUF kept quantized.
     #[arg(long)]
     pub drafter: Option<String>,
-    /// Drafts verified per round (default: full block for dspark/dflash, 4 for draft).
+    /// Drafts verified per round (default: full block for dspark/dflash; for draft, a count that
+    /// adapts to acceptance between 2 and 8, starting at 4 each request). Setting it fixes it.
     #[arg(long)]
     pub max_draft: Option<usize>,
     /// DSpark confidence truncation threshold (default 0 = off).
