@@ -337,8 +337,12 @@ mod avx512 {
             // balanced row tiles (9 rows: 3 + 3 + 3, not 4 + 4 + 1)
             let per = m.min(ROW_BLOCK).div_ceil(m.min(ROW_BLOCK).div_ceil(ROWS));
             // prefill: blocks of rows small enough for L2, each streaming the columns once
+            // cache lines of one column tile, and each row tile's share of them (fixed per block)
+            let lines = (COLS * k * std::mem::size_of::<T>()).div_ceil(64);
             for b0 in (0..m).step_by(ROW_BLOCK) {
                 let b1 = (b0 + ROW_BLOCK).min(m);
+                let share = lines.div_ceil((b1 - b0).div_ceil(per));
+                let per_step = share.div_ceil((k / 32).max(1));
                 for j in (cols.j0..cols.j1).step_by(COLS) {
                     let nc = (cols.j1 - j).min(COLS);
                     for r0 in (b0..b1).step_by(per) {
@@ -347,9 +351,6 @@ mod avx512 {
                         // PREFETCH_COLS ahead, so the weight stream keeps flowing while the
                         // later row tiles compute from L1
                         let pf = if j + PREFETCH_COLS + COLS <= cols.j1 {
-                            let tiles = (b1 - b0).div_ceil(per);
-                            let lines = (COLS * k * std::mem::size_of::<T>()).div_ceil(64);
-                            let share = lines.div_ceil(tiles);
                             let t = (r0 - b0) / per;
                             // SAFETY: column j + PREFETCH_COLS + COLS - 1 < n exists; a
                             // prefetch never faults, and lines stay inside that column tile.
@@ -358,7 +359,7 @@ mod avx512 {
                                 base: base as *const i8,
                                 first: t * share,
                                 end: ((t + 1) * share).min(lines),
-                                per_step: share.div_ceil((k / 32).max(1)),
+                                per_step,
                             }
                         } else {
                             Prefetch::NONE
