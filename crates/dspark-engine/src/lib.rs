@@ -20,6 +20,7 @@ pub mod worker;
 
 pub use error::EngineError;
 pub mod chat_template;
+mod chat_template_py;
 pub mod constrain;
 pub mod detok;
 pub mod tokenizer;

@@ -94,7 +94,7 @@ pub fn artefact_dir() -> PathBuf {
 /// Tokenizer metadata as stored in a GGUF file (`tokenizer.ggml.*`).
 #[derive(Debug, Clone, Default)]
 pub struct GgufTokenizerMeta {
-    /// `tokenizer.ggml.model`: "gpt2" (byte-level BPE) or "llama" (SentencePiece).
+    /// `tokenizer.ggml.model`: "gpt2" (byte-level BPE), "llama" or "gemma4" (SentencePiece BPE).
     pub model: String,
     /// `tokenizer.ggml.pre`: pre-tokenizer flavour ("smollm", "qwen2", "llama-bpe", ...).
     pub pre: Option<String>,
@@ -380,10 +380,11 @@ impl Tokenizer {
     }
 
     /// Builds a tokenizer from GGUF tokenizer metadata. Supports the byte-level BPE
-    /// ("gpt2") model and SentencePiece BPE ("llama" with scores, tokenizer_spm.rs); control
+    /// ("gpt2") model and SentencePiece BPE ("llama" with scores, "gemma4" with stored merges;
+    /// tokenizer_spm.rs); control
     /// and user-defined tokens become added tokens.
     pub fn from_gguf(meta: &GgufTokenizerMeta) -> Result<Self, TokenizerError> {
-        if meta.model != "gpt2" && meta.model != "llama" {
+        if !["gpt2", "llama", "gemma4"].contains(&meta.model.as_str()) {
             return Err(TokenizerError::UnsupportedGguf {
                 what: "model",
                 value: meta.model.clone(),
@@ -411,7 +412,8 @@ impl Tokenizer {
         let bos_id = check_id("bos", meta.bos_id)?;
         let eos_id = check_id("eos", meta.eos_id)?;
 
-        let mut inner = if meta.model == "llama" {
+        let spm = meta.model != "gpt2";
+        let mut inner = if spm {
             crate::tokenizer_spm::spm_tokenizer(meta)?
         } else {
             byte_level_bpe(meta)?
@@ -422,7 +424,7 @@ impl Tokenizer {
         for (i, tok) in meta.tokens.iter().enumerate() {
             let ty = meta.token_types.get(i).copied().unwrap_or(1);
             let is_marked = [meta.bos_id, meta.eos_id, meta.pad_id].contains(&Some(i as u32));
-            let tok = if meta.model == "llama" {
+            let tok = if spm {
                 crate::tokenizer_spm::piece(tok)
             } else {
                 tok.clone()

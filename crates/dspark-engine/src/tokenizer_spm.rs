@@ -7,6 +7,12 @@
 //! run first (the order of the published Gemma 3 `tokenizer.json`). Text is normalized `' ' -> '▁'`, unknown characters
 //! fall back to `<0xNN>` byte tokens, and decoding undoes both. Checked against the published
 //! Gemma 3 `tokenizer.json` (tests/tests/gemma3.rs).
+//!
+//! Gemma 4 GGUFs (`tokenizer.ggml.model = "gemma4"`) are the same SentencePiece-style BPE with
+//! the merges stored (`tokenizer.ggml.merges`, best first; scores are all -1000). llama.cpp also
+//! splits runs of newlines off before merging; no Gemma 4 token or merge mixes newlines with
+//! other text, so that split changes nothing and is not done. Checked against llama.cpp's own
+//! test vectors for its Gemma 4 vocabulary (tests/tests/gemma4_template.rs).
 
 use std::collections::HashMap;
 
@@ -104,7 +110,8 @@ pub(crate) fn spm_tokenizer(
     meta: &GgufTokenizerMeta,
 ) -> Result<tokenizers::Tokenizer, TokenizerError> {
     let n = meta.tokens.len();
-    if meta.scores.len() != n {
+    let gemma4 = meta.model == "gemma4";
+    if !gemma4 && meta.scores.len() != n {
         return Err(TokenizerError::Gguf(format!(
             "`tokenizer.ggml.scores`: {} scores for {n} tokens (a SentencePiece vocabulary needs one per token)",
             meta.scores.len()
@@ -116,7 +123,11 @@ pub(crate) fn spm_tokenizer(
         .enumerate()
         .map(|(i, p)| (p.clone(), i as u32))
         .collect();
-    let merges = merges(&pieces, &meta.scores, &meta.token_types);
+    let merges = if gemma4 {
+        stored_merges(&meta.merges)?
+    } else {
+        merges(&pieces, &meta.scores, &meta.token_types)
+    };
     let mut builder = BPE::builder()
         .vocab_and_merges(vocab, merges)
         .byte_fallback(true)
@@ -150,6 +161,23 @@ pub(crate) fn spm_tokenizer(
     ]);
     inner.with_decoder(Some(decoder));
     Ok(inner)
+}
+
+/// `tokenizer.ggml.merges` ("left right", best first) as pairs.
+fn stored_merges(merges: &[String]) -> Result<Vec<(String, String)>, TokenizerError> {
+    if merges.is_empty() {
+        return Err(TokenizerError::Gguf(
+            "`tokenizer.ggml.merges` is missing (a gemma4 vocabulary stores its merges)".into(),
+        ));
+    }
+    merges
+        .iter()
+        .map(|m| {
+            m.split_once(' ')
+                .map(|(l, r)| (l.to_owned(), r.to_owned()))
+                .ok_or_else(|| TokenizerError::Gguf(format!("merge without a space: {m:?}")))
+        })
+        .collect()
 }
 
 #[cfg(test)]
