@@ -1,5 +1,6 @@
 //! Tool-call extraction from generated text: Hermes/Qwen3 `<tool_call>{json}</tool_call>` and
-//! Gemma-4 `<|tool_call>call:NAME{k:v,…}<tool_call|>`. Streaming-safe: text outside calls is
+//! Gemma-4 `<|tool_call>call:NAME{k:v,…}<tool_call|>` (nested objects and lists, as the Gemma 4
+//! chat template writes them; arguments come out as JSON). Streaming-safe: text outside calls is
 //! released as soon as it cannot start a tag; each call is released whole when it closes.
 
 use serde_json::{Map, Value as Json};
@@ -158,50 +159,145 @@ fn parse_hermes(inner: &str) -> Option<ToolCall> {
 
 const QUOTE: &str = "<|\"|>";
 
+/// `call:NAME{key:value,…}` as the Gemma 4 chat template writes a call (`format_argument`
+/// with bare keys): strings between `<|"|>` marks, nested `{…}` objects and `[…]` lists,
+/// numbers, `true`/`false`, `None`/`null`. Keys may also be `<|"|>`-quoted. Anything
+/// else (trailing text, an unclosed brace) makes the block malformed.
 fn parse_gemma(inner: &str) -> Option<ToolCall> {
     let rest = inner.trim().strip_prefix("call:")?;
     let open = rest.find('{')?;
     let name = rest[..open].trim();
-    let body = rest[open + 1..].trim_end().strip_suffix('}')?;
     if name.is_empty() {
         return None;
     }
-    let mut args = Map::new();
-    for item in split_outside_quotes(body) {
-        let item = item.trim();
-        if item.is_empty() {
-            continue;
-        }
-        let (k, v) = item.split_once(':')?;
-        args.insert(k.trim().to_owned(), gemma_value(v.trim()));
+    let mut p = GemmaArgs {
+        s: rest[open..].trim_end(),
+        i: 0,
+    };
+    let args = p.value(0)?;
+    p.skip_ws();
+    if p.i != p.s.len() || !args.is_object() {
+        return None;
     }
-    Some(new_call(name.to_owned(), Json::Object(args).to_string()))
+    Some(new_call(name.to_owned(), args.to_string()))
 }
 
-/// Splits on commas that are not inside `<|"|>…<|"|>` strings.
-fn split_outside_quotes(s: &str) -> Vec<&str> {
-    let mut parts = Vec::new();
-    let (mut start, mut i, mut quoted) = (0, 0, false);
-    while i < s.len() {
-        if s[i..].starts_with(QUOTE) {
-            quoted = !quoted;
-            i += QUOTE.len();
-        } else if !quoted && s.as_bytes()[i] == b',' {
-            parts.push(&s[start..i]);
-            i += 1;
-            start = i;
+/// Nesting deeper than this is refused (a malformed block, not a stack overflow).
+const MAX_DEPTH: usize = 64;
+
+/// A cursor over the argument text of one Gemma call.
+struct GemmaArgs<'a> {
+    s: &'a str,
+    i: usize,
+}
+
+impl<'a> GemmaArgs<'a> {
+    fn rest(&self) -> &'a str {
+        &self.s[self.i..]
+    }
+
+    fn skip_ws(&mut self) {
+        let r = self.rest();
+        self.i += r.len() - r.trim_start().len();
+    }
+
+    fn eat(&mut self, c: char) -> bool {
+        self.skip_ws();
+        if self.rest().starts_with(c) {
+            self.i += c.len_utf8();
+            true
         } else {
-            i += s[i..].chars().next().map_or(1, char::len_utf8);
+            false
         }
     }
-    parts.push(&s[start..]);
-    parts
+
+    /// `<|"|>text<|"|>`: the text as written (the template escapes nothing).
+    fn quoted(&mut self) -> Option<String> {
+        let body = self.rest().strip_prefix(QUOTE)?;
+        let end = body.find(QUOTE)?;
+        let text = body[..end].to_owned();
+        self.i += QUOTE.len() + end + QUOTE.len();
+        Some(text)
+    }
+
+    fn value(&mut self, depth: usize) -> Option<Json> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.skip_ws();
+        let r = self.rest();
+        if r.starts_with(QUOTE) {
+            return self.quoted().map(Json::String);
+        }
+        if r.starts_with('{') {
+            return self.object(depth);
+        }
+        if r.starts_with('[') {
+            return self.list(depth);
+        }
+        let end = r.find([',', '}', ']']).unwrap_or(r.len());
+        let word = r[..end].trim();
+        self.i += end;
+        if word.is_empty() {
+            return None;
+        }
+        Some(scalar(word))
+    }
+
+    fn object(&mut self, depth: usize) -> Option<Json> {
+        self.eat('{');
+        let mut map = Map::new();
+        if self.eat('}') {
+            return Some(Json::Object(map));
+        }
+        loop {
+            self.skip_ws();
+            let key = if self.rest().starts_with(QUOTE) {
+                self.quoted()?
+            } else {
+                let r = self.rest();
+                let end = r.find(':')?;
+                let key = r[..end].trim();
+                if key.is_empty() || key.contains([',', '{', '}', '[', ']']) {
+                    return None;
+                }
+                self.i += end;
+                key.to_owned()
+            };
+            if !self.eat(':') {
+                return None;
+            }
+            let v = self.value(depth + 1)?;
+            map.insert(key, v);
+            if self.eat('}') {
+                return Some(Json::Object(map));
+            }
+            if !self.eat(',') {
+                return None;
+            }
+        }
+    }
+
+    fn list(&mut self, depth: usize) -> Option<Json> {
+        self.eat('[');
+        let mut items = Vec::new();
+        if self.eat(']') {
+            return Some(Json::Array(items));
+        }
+        loop {
+            items.push(self.value(depth + 1)?);
+            if self.eat(']') {
+                return Some(Json::Array(items));
+            }
+            if !self.eat(',') {
+                return None;
+            }
+        }
+    }
 }
 
-fn gemma_value(v: &str) -> Json {
-    if let Some(s) = v.strip_prefix(QUOTE).and_then(|x| x.strip_suffix(QUOTE)) {
-        return Json::String(s.to_owned());
-    }
+/// A bare word: what Jinja prints for a number, a boolean or None; other words stay text.
+fn scalar(v: &str) -> Json {
     match v {
         "true" | "True" => Json::Bool(true),
         "false" | "False" => Json::Bool(false),
@@ -209,7 +305,12 @@ fn gemma_value(v: &str) -> Json {
         _ => {
             if let Ok(i) = v.parse::<i64>() {
                 Json::from(i)
-            } else if let Some(f) = v.parse::<f64>().ok().and_then(serde_json::Number::from_f64) {
+            } else if let Some(f) = v
+                .parse::<f64>()
+                .ok()
+                .filter(|f| f.is_finite())
+                .and_then(serde_json::Number::from_f64)
+            {
                 Json::Number(f)
             } else {
                 Json::String(v.to_owned())
@@ -279,6 +380,63 @@ mod tests {
                 json!({"city": "Rome, IT", "nights": 3, "price": 9.5, "ok": true, "x": null})
             )
         );
+    }
+
+    #[test]
+    fn gemma_nested_objects_lists_and_several_calls() {
+        let q = |s: &str| format!("<|\"|>{s}<|\"|>");
+        let text = format!(
+            "Sure.<|tool_call>call:search{{dates:{{depart:{},return:None}},filters:[{{airline:{},max_stops:0}},{{airline:{}}}],ratios:[0.25,-3,1e-05,2.0],tags:[{},{}],empty:{{}},none:[],ok:true}}<tool_call|><|tool_call>call:get_time{{}}<tool_call|>",
+            q("2026-05-01"),
+            q("AF"),
+            q("KL"),
+            q("quiet, please: {x}"),
+            q("say \"hi\"\nnewline")
+        );
+        for k in [1, 7, 40, text.len() / 2, text.len() - 3] {
+            let k = (0..=k).rev().find(|&i| text.is_char_boundary(i)).unwrap();
+            let out = stream(&[&text[..k], &text[k..]]);
+            assert_eq!(out[0], Piece::Text("Sure.".into()), "split at {k}");
+            assert_eq!(
+                call(&out[1]),
+                (
+                    "search",
+                    json!({"dates": {"depart": "2026-05-01", "return": null},
+                           "filters": [{"airline": "AF", "max_stops": 0}, {"airline": "KL"}],
+                           "ratios": [0.25, -3, 1e-05, 2.0],
+                           "tags": ["quiet, please: {x}", "say \"hi\"\nnewline"],
+                           "empty": {}, "none": [], "ok": true})
+                )
+            );
+            assert_eq!(call(&out[2]), ("get_time", json!({})));
+            assert_eq!(out.len(), 3);
+        }
+        // keys quoted the way format_argument writes them by default
+        let (_, calls) =
+            parse_all("<|tool_call>call:f{<|\"|>a b<|\"|>:{<|\"|>c<|\"|>:1}}<tool_call|>");
+        assert_eq!(calls[0].arguments, r#"{"a b":{"c":1}}"#);
+    }
+
+    #[test]
+    fn gemma_malformed_calls_are_dropped() {
+        for bad in [
+            "call:f{a:1",
+            "call:f{a:1}}",
+            "call:f{a:1} trailing",
+            "call:f{a:[1,2}",
+            "call:f{:1}",
+            "call:f{a}",
+            "call:f{a:<|\"|>unterminated}",
+            "call:{a:1}",
+            "f{a:1}",
+        ] {
+            let (content, calls) = parse_all(&format!("x<|tool_call>{bad}<tool_call|>y"));
+            assert_eq!((content.as_str(), calls.len()), ("xy", 0), "{bad}");
+        }
+        let deep = format!("call:f{{a:{}1{}}}", "[".repeat(100), "]".repeat(100));
+        assert!(parse_all(&format!("<|tool_call>{deep}<tool_call|>"))
+            .1
+            .is_empty());
     }
 
     #[test]

@@ -1,0 +1,301 @@
+//! Gemma 4 tool calls end to end through the real Gemma 4 chat template (PyPI
+//! llama-cpp-python 0.3.36's vendored llama.cpp `models/templates/google-gemma-4-31B-it.jinja`,
+//! fetched by scripts/fetch-artefacts.sh) and the transformers goldens of
+//! `tests/fixtures/golden/chat_template_gemma4.json`:
+//! - every call the template writes parses back (tools.rs) into the call it was rendered from;
+//! - over a loopback HTTP server, a request with tools reaches the engine as the transformers
+//!   prompt, the engine's Gemma call text comes back as OpenAI `tool_calls` (whole and
+//!   streamed), and the tool result sent back makes the transformers prompt of the next turn.
+//!
+//! The engine is the scripted one behind a renderer with the real template, so the prompt the
+//! server builds is observable; no model runs.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use dspark_engine::chat_template::{ChatOptions, ChatTemplate};
+use dspark_engine::queue::CountersSnapshot;
+use dspark_engine::tokenizer::Tokenizer;
+use dspark_engine::worker::{EventFn, JobParams, ModelInfo, Prepared, Prompt};
+use dspark_engine::EngineError;
+use dspark_server::engine::Engine;
+use dspark_server::scripted::{Rule, Script, ScriptedEngine};
+use dspark_server::tools::parse_all;
+use dspark_server::{app, AppState, ServerConfig};
+use serde_json::{json, Value as Json};
+
+fn golden() -> Json {
+    let p = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/golden/chat_template_gemma4.json"
+    );
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn case<'a>(g: &'a Json, name: &str) -> &'a Json {
+    g["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no golden case {name}"))
+}
+
+fn template() -> ChatTemplate {
+    let base = std::env::var_os("DSPARK_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/dspark"));
+    let p = base.join("artefacts/gemma4/google-gemma-4-31B-it.jinja");
+    let src = std::fs::read_to_string(&p).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: run `bash scripts/fetch-artefacts.sh` first",
+            p.display()
+        )
+    });
+    ChatTemplate::new(&src, Some("<bos>".into()), Some("<eos>".into())).unwrap()
+}
+
+fn options(case: &Json) -> ChatOptions {
+    ChatOptions {
+        add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap(),
+        tools: Some(case["tools"].clone()).filter(|t| !t.is_null()),
+        kwargs: case["kwargs"].as_object().cloned().unwrap_or_default(),
+    }
+}
+
+/// The `<|tool_call>…<tool_call|>` blocks of a rendered conversation, in order.
+fn call_blocks(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("<|tool_call>") {
+        let end = rest[i..].find("<tool_call|>").unwrap() + i + "<tool_call|>".len();
+        out.push(&rest[i..end]);
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// (name, arguments as JSON) of every assistant tool call of `messages`, string arguments parsed.
+fn message_calls(messages: &Json) -> Vec<(String, Json)> {
+    let mut out = Vec::new();
+    for m in messages.as_array().unwrap() {
+        for c in m["tool_calls"].as_array().into_iter().flatten() {
+            let f = &c["function"];
+            let args = match &f["arguments"] {
+                Json::String(s) => serde_json::from_str(s).unwrap(),
+                other => other.clone(),
+            };
+            out.push((f["name"].as_str().unwrap().to_owned(), args));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_call_the_template_writes_parses_back() {
+    let g = golden();
+    let tmpl = template();
+    let mut checked = 0;
+    for case in g["cases"].as_array().unwrap() {
+        let want = message_calls(&case["messages"]);
+        if want.is_empty() {
+            continue;
+        }
+        let ours = tmpl.render(&case["messages"], &options(case)).unwrap();
+        for text in [case["expected"].as_str().unwrap(), ours.as_str()] {
+            let blocks = call_blocks(text);
+            assert_eq!(blocks.len(), want.len(), "{}", case["name"]);
+            // the model's output for the turn: the calls back to back, as the template writes them
+            let (content, calls) = parse_all(&blocks.concat());
+            assert_eq!(content, "", "{}", case["name"]);
+            let got: Vec<(String, Json)> = calls
+                .iter()
+                .map(|c| (c.name.clone(), serde_json::from_str(&c.arguments).unwrap()))
+                .collect();
+            assert_eq!(got, want, "{}", case["name"]);
+            checked += want.len();
+        }
+    }
+    assert!(checked >= 24, "{checked} calls checked");
+}
+
+/// The scripted engine behind the real template: `prepare` renders like the real engine and
+/// records the prompt; a "token" is a character, as in the scripted engine.
+struct Templated {
+    inner: ScriptedEngine,
+    tmpl: ChatTemplate,
+    prompts: Mutex<Vec<String>>,
+}
+
+impl Engine for Templated {
+    fn info(&self) -> &ModelInfo {
+        self.inner.info()
+    }
+    fn prepare(&self, prompt: &Prompt, _max_new: usize) -> Result<Prepared, EngineError> {
+        let text = match prompt {
+            Prompt::Chat { messages, options } => self
+                .tmpl
+                .render(messages, options)
+                .map_err(|e| EngineError::Template(e.to_string()))?,
+            Prompt::Text(t) => t.clone(),
+        };
+        self.prompts.lock().unwrap().push(text.clone());
+        Ok(Prepared {
+            ids: text.chars().map(u32::from).collect(),
+            text,
+        })
+    }
+    fn submit(&self, prompt: Vec<u32>, params: JobParams, on: EventFn) -> Result<(), EngineError> {
+        self.inner.submit(prompt, params, on)
+    }
+    fn counters(&self) -> CountersSnapshot {
+        self.inner.counters()
+    }
+    fn tokenizer(&self) -> Option<Arc<Tokenizer>> {
+        None
+    }
+}
+
+/// One HTTP/1.1 request over a fresh connection: (status, body), chunked bodies joined.
+fn post(addr: std::net::SocketAddr, body: &Json) -> (u16, String) {
+    let body = body.to_string();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let raw = String::from_utf8(raw).unwrap();
+    let (head, rest) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    if !head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return (status, rest.to_owned());
+    }
+    let (mut body, mut rest) = (String::new(), rest);
+    loop {
+        let (size, after) = rest.split_once("\r\n").unwrap();
+        let n = usize::from_str_radix(size.trim(), 16).unwrap();
+        if n == 0 {
+            return (status, body);
+        }
+        body.push_str(&after[..n]);
+        rest = &after[n + 2..];
+    }
+}
+
+/// The streamed chunks' tool calls, reassembled (each arrives whole), and the finish reason.
+fn streamed_calls(sse: &str) -> (Vec<Json>, String) {
+    let mut calls = Vec::new();
+    let mut finish = String::new();
+    for data in sse.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        if data == "[DONE]" {
+            continue;
+        }
+        let chunk: Json = serde_json::from_str(data).unwrap();
+        let choice = &chunk["choices"][0];
+        calls.extend(
+            choice["delta"]["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .cloned(),
+        );
+        if let Some(f) = choice["finish_reason"].as_str() {
+            finish = f.to_owned();
+        }
+    }
+    (calls, finish)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_round_trip_over_http_matches_transformers_prompts() {
+    let g = golden();
+    let first = case(&g, "e2e_first");
+    let second = case(&g, "e2e_second");
+    // what the model writes for the call: the template's own rendering of it
+    let call_text = call_blocks(second["expected"].as_str().unwrap()).concat();
+    let answer = "It is 18 C and sunny in Paris.";
+    let rule = |if_contains: Option<&str>, reply: &str| Rule {
+        if_contains: if_contains.map(str::to_owned),
+        reply: reply.to_owned(),
+        repeat: false,
+    };
+    let script = Script {
+        rules: vec![
+            rule(Some("<tool_response|>"), answer),
+            rule(None, &call_text),
+        ],
+        context_len: 1 << 20,
+        ..Script::replying("")
+    };
+    let engine = Arc::new(Templated {
+        inner: ScriptedEngine::new(script),
+        tmpl: template(),
+        prompts: Mutex::default(),
+    });
+    let router = app(AppState::new(engine.clone(), ServerConfig::new("gemma-4")));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(dspark_server::serve(listener, router, async {
+        let _ = stop_rx.await;
+    }));
+    let ask = |body: Json| tokio::task::spawn_blocking(move || post(addr, &body));
+    let last_prompt = || engine.prompts.lock().unwrap().last().cloned().unwrap();
+    let want_args = json!({"city": "Paris", "unit": "celsius"});
+
+    // 1. the question with tools: the transformers prompt in, an OpenAI tool call out
+    let req = json!({"model": "gemma-4", "messages": first["messages"], "tools": first["tools"]});
+    let (status, body) = ask(req.clone()).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(last_prompt(), first["expected"].as_str().unwrap());
+    let resp: Json = serde_json::from_str(&body).unwrap();
+    let choice = &resp["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{body}");
+    let msg = choice["message"].clone();
+    let calls = msg["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "{body}");
+    assert_eq!(calls[0]["type"], "function");
+    assert_eq!(calls[0]["function"]["name"], "get_weather");
+    let args = calls[0]["function"]["arguments"].as_str().unwrap();
+    assert_eq!(serde_json::from_str::<Json>(args).unwrap(), want_args);
+    assert!(msg["content"].as_str().unwrap_or("").is_empty(), "{body}");
+
+    // 1b. the same, streamed
+    let mut streamed = req.clone();
+    streamed["stream"] = json!(true);
+    let (status, sse) = ask(streamed).await.unwrap();
+    assert_eq!(status, 200, "{sse}");
+    assert_eq!(last_prompt(), first["expected"].as_str().unwrap());
+    let (scalls, finish) = streamed_calls(&sse);
+    assert_eq!((scalls.len(), finish.as_str()), (1, "tool_calls"), "{sse}");
+    assert_eq!(scalls[0]["function"]["name"], "get_weather");
+    let sargs = scalls[0]["function"]["arguments"].as_str().unwrap();
+    assert_eq!(serde_json::from_str::<Json>(sargs).unwrap(), want_args);
+    assert!(scalls[0]["id"].as_str().unwrap().starts_with("call_"));
+
+    // 2. the assistant message as returned (arguments a JSON string) and the tool's result:
+    //    the transformers prompt of the next turn in, the answer out
+    let mut messages = first["messages"].as_array().unwrap().clone();
+    messages.push(msg.clone());
+    messages
+        .push(json!({"role": "tool", "tool_call_id": calls[0]["id"], "content": "18 C and sunny"}));
+    let req = json!({"model": "gemma-4", "messages": messages, "tools": first["tools"]});
+    let (status, body) = ask(req).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(last_prompt(), second["expected"].as_str().unwrap());
+    let resp: Json = serde_json::from_str(&body).unwrap();
+    assert_eq!(resp["choices"][0]["message"]["content"], answer, "{body}");
+    assert_eq!(resp["choices"][0]["finish_reason"], "stop");
+    assert!(resp["choices"][0]["message"]["tool_calls"].is_null());
+
+    let _ = stop_tx.send(());
+    server.await.unwrap().unwrap();
+}
