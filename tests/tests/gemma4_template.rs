@@ -105,8 +105,8 @@ fn gemma4_vocab_matches_llama_cpp_vectors() {
 
 /// The template's markers are single tokens of the real vocabulary; the two that end a model
 /// turn (`<turn|>`, and `<|tool_response>` after a call) are in the eos set (as in llama.cpp's
-/// end-of-generation list for gemma4); the call markers survive decoding with special tokens
-/// skipped, so the server's tool parser sees them.
+/// end-of-generation list for gemma4); the call and thought-channel markers survive decoding
+/// with special tokens skipped, so the server's tool parser and thinking splitter see them.
 #[test]
 fn gemma4_markers_eos_and_decoding() {
     let tok = gemma4_vocab();
@@ -148,7 +148,12 @@ fn gemma4_markers_eos_and_decoding() {
     let ids = tok.encode(prompt, false).unwrap();
     assert_eq!(ids[0], id("<bos>"));
     assert_eq!(tok.decode(&ids, false).unwrap(), prompt);
-    let call = "<|tool_call>call:f{a:<|\"|>x y<|\"|>,n:3}<tool_call|>";
-    let ids = tok.encode(call, false).unwrap();
-    assert_eq!(tok.decode(&ids, true).unwrap(), call);
+    // the thought channel too (the server splits it into reasoning_content, thinking.rs)
+    for text in [
+        "<|tool_call>call:f{a:<|\"|>x y<|\"|>,n:3}<tool_call|>",
+        "<|channel>thought\nHmm.\n<channel|>Yes.",
+    ] {
+        let ids = tok.encode(text, false).unwrap();
+        assert_eq!(tok.decode(&ids, true).unwrap(), text);
+    }
 }

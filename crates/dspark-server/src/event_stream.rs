@@ -100,7 +100,7 @@ pub fn respond<E: Emitter>(
     metrics: Arc<Metrics>,
     keep_alive: Duration,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let post = PostProcessor::new(req, g.starts_in_thinking);
+    let post = PostProcessor::new(req, g.thinking);
     let pending: VecDeque<SseEvent> = emitter.start().into();
     let d = Driver {
         g,

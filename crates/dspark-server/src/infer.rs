@@ -11,7 +11,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::engine::Engine;
 use crate::error::ApiError;
-use crate::thinking::{prompt_opens_thinking, ThinkSplitter};
+use crate::thinking::{ThinkSplitter, Thinking};
 use crate::tools::{Piece, ToolCall, ToolParser};
 use crate::validate::{Kind, ToolMode, ValidRequest, ValidationError};
 
@@ -19,8 +19,9 @@ use crate::validate::{Kind, ToolMode, ValidRequest, ValidationError};
 pub struct Generation {
     pub rx: UnboundedReceiver<Event>,
     pub prompt_tokens: usize,
-    /// The rendered prompt leaves the model inside `<think>`.
-    pub starts_in_thinking: bool,
+    /// The thinking syntax of the rendered prompt's template, and whether the prompt leaves
+    /// the model inside a thinking block.
+    pub thinking: Thinking,
 }
 
 /// Prepares and submits `req` (its first prompt, choice 0). Errors: 400 (context, template),
@@ -126,15 +127,15 @@ pub async fn start_choice(
     let (tx, rx) = unbounded_channel();
     let prompt_tokens = prep.ids.len();
     // under a grammar the output is the structured reply itself, never reasoning
-    let starts_in_thinking =
-        req.kind == Kind::Chat && req.grammar.is_none() && prompt_opens_thinking(&prep.text);
+    let mut thinking = Thinking::of_prompt(&prep.text);
+    thinking.open &= req.kind == Kind::Chat && req.grammar.is_none();
     engine
         .submit(prep.ids, params, Box::new(move |ev| tx.send(ev).is_ok()))
         .map_err(ApiError::from_engine)?;
     Ok(Generation {
         rx,
         prompt_tokens,
-        starts_in_thinking,
+        thinking,
     })
 }
 
@@ -153,10 +154,10 @@ pub struct PostProcessor {
 }
 
 impl PostProcessor {
-    pub fn new(req: &ValidRequest, starts_in_thinking: bool) -> Self {
+    pub fn new(req: &ValidRequest, thinking: Thinking) -> Self {
         let chat = req.kind == Kind::Chat;
         PostProcessor {
-            think: chat.then(|| ThinkSplitter::new(starts_in_thinking)),
+            think: chat.then(|| ThinkSplitter::new(thinking)),
             tools: (chat && req.tools == ToolMode::On).then(ToolParser::new),
         }
     }
@@ -222,7 +223,7 @@ pub struct Collected {
 
 /// Awaits the end of `g`, post-processing its text.
 pub async fn collect(mut g: Generation, req: &ValidRequest) -> Result<Collected, ApiError> {
-    let mut post = PostProcessor::new(req, g.starts_in_thinking);
+    let mut post = PostProcessor::new(req, g.thinking);
     let mut outs = Vec::new();
     let mut queued_secs = 0.0;
     let mut logprobs = Vec::new();

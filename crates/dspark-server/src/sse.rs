@@ -192,7 +192,7 @@ impl State {
         };
         match start_choice(&self.engine, &self.req, &prompt, choice, self.default_max).await {
             Ok(g) => {
-                self.post = PostProcessor::new(&self.req, g.starts_in_thinking);
+                self.post = PostProcessor::new(&self.req, g.thinking);
                 self.g = g;
                 self.index = index;
                 self.tool_index = 0;
@@ -263,7 +263,7 @@ pub fn respond(
     metrics: Arc<Metrics>,
     keep_alive: Duration,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let post = PostProcessor::new(&plan.req, g.starts_in_thinking);
+    let post = PostProcessor::new(&plan.req, g.thinking);
     let mut queue: VecDeque<_> = plan.choices().into();
     queue.pop_front();
     let mut st = State {

@@ -6,6 +6,10 @@
 //! - over a loopback HTTP server, a request with tools reaches the engine as the transformers
 //!   prompt, the engine's Gemma call text comes back as OpenAI `tool_calls` (whole and
 //!   streamed), and the tool result sent back makes the transformers prompt of the next turn.
+//! - the thought channel (`<|channel>thought\n…<channel|>`) the model writes with thinking on
+//!   comes back as `reasoning_content` (whole and streamed; Anthropic thinking blocks and
+//!   /v1/responses reasoning items too), never in `content`; sent back on a tool-call turn it is
+//!   rendered as transformers renders it.
 //!
 //! The engine is the scripted one behind a renderer with the real template, so the prompt the
 //! server builds is observable; no model runs.
@@ -158,13 +162,18 @@ impl Engine for Templated {
     }
 }
 
-/// One HTTP/1.1 request over a fresh connection: (status, body), chunked bodies joined.
+/// One chat completion over a fresh connection: (status, body), chunked bodies joined.
 fn post(addr: std::net::SocketAddr, body: &Json) -> (u16, String) {
+    post_to(addr, "/v1/chat/completions", body)
+}
+
+/// One HTTP/1.1 POST to `path` over a fresh connection: (status, body), chunked bodies joined.
+fn post_to(addr: std::net::SocketAddr, path: &str, body: &Json) -> (u16, String) {
     let body = body.to_string();
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     write!(
         s,
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -296,6 +305,192 @@ async fn tool_round_trip_over_http_matches_transformers_prompts() {
     assert_eq!(resp["choices"][0]["message"]["content"], answer, "{body}");
     assert_eq!(resp["choices"][0]["finish_reason"], "stop");
     assert!(resp["choices"][0]["message"]["tool_calls"].is_null());
+
+    let _ = stop_tx.send(());
+    server.await.unwrap().unwrap();
+}
+
+/// The JSON of every `data:` line of an SSE body (`[DONE]` left out).
+fn sse_data(sse: &str) -> Vec<Json> {
+    sse.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+/// The concatenated string field `key` of `at(event)` over the events `keep` selects.
+fn joined(evs: &[Json], keep: impl Fn(&Json) -> bool, at: impl Fn(&Json) -> &Json) -> String {
+    evs.iter()
+        .filter(|e| keep(e))
+        .filter_map(|e| at(e).as_str())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thought_channel_becomes_reasoning_content() {
+    let g = golden();
+    let thinking_on = case(&g, "thinking_on");
+    let first = case(&g, "e2e_first");
+    let second = case(&g, "e2e_second");
+    let call_text = call_blocks(second["expected"].as_str().unwrap()).concat();
+    let thought = "Need the weather tool.";
+    let sky = "Because air scatters blue light more (Rayleigh).";
+    let rule = |if_contains: &str, reply: String| Rule {
+        if_contains: Some(if_contains.to_owned()).filter(|s| !s.is_empty()),
+        reply,
+        repeat: false,
+    };
+    let script = Script {
+        rules: vec![
+            rule(
+                "<tool_response|>",
+                "<|channel>thought\nThe tool says 18 C.\n<channel|>It is 18 C in Paris.".into(),
+            ),
+            rule(
+                "Why is the sky blue?",
+                format!("<|channel>thought\nLight scatters; blue\nmost.\n<channel|>\n\n{sky}"),
+            ),
+            rule("2+2?", "4, as <b>4</b>.".into()),
+            rule(
+                "",
+                format!("<|channel>thought\n{thought}\n<channel|>{call_text}"),
+            ),
+        ],
+        // an odd round length: markers fall across chunk boundaries
+        round_chars: 3,
+        context_len: 1 << 20,
+        ..Script::replying("")
+    };
+    let engine = Arc::new(Templated {
+        inner: ScriptedEngine::new(script),
+        tmpl: template(),
+        prompts: Mutex::default(),
+    });
+    let router = app(AppState::new(engine.clone(), ServerConfig::new("gemma-4")));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(dspark_server::serve(listener, router, async {
+        let _ = stop_rx.await;
+    }));
+    let ask = |path: &'static str, body: Json| {
+        tokio::task::spawn_blocking(move || post_to(addr, path, &body))
+    };
+    let last_prompt = || engine.prompts.lock().unwrap().last().cloned().unwrap();
+    let sky_thought = "Light scatters; blue\nmost.";
+
+    // 1. thinking on: the transformers prompt in, the channel out as reasoning_content
+    let on = json!({"enable_thinking": true});
+    let req = json!({"model": "gemma-4", "messages": thinking_on["messages"],
+                     "chat_template_kwargs": on});
+    let (status, body) = ask("/v1/chat/completions", req.clone()).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(last_prompt(), thinking_on["expected"].as_str().unwrap());
+    let resp: Json = serde_json::from_str(&body).unwrap();
+    let msg = &resp["choices"][0]["message"];
+    assert_eq!(msg["reasoning_content"], sky_thought, "{body}");
+    assert_eq!(msg["content"], sky, "{body}");
+
+    // 1b. streamed: the deltas join to the same two channels
+    let mut streamed = req.clone();
+    streamed["stream"] = json!(true);
+    let (status, sse) = ask("/v1/chat/completions", streamed).await.unwrap();
+    assert_eq!(status, 200, "{sse}");
+    let evs = sse_data(&sse);
+    let delta = |key: &'static str| joined(&evs, |_| true, move |e| &e["choices"][0]["delta"][key]);
+    assert_eq!(
+        (delta("reasoning_content"), delta("content")),
+        (sky_thought.to_owned(), sky.to_owned()),
+        "{sse}"
+    );
+
+    // 1c. the Anthropic and Responses front ends split the same way, whole and streamed
+    let anth = json!({"model": "gemma-4", "max_tokens": 200, "messages": thinking_on["messages"],
+                      "thinking": {"type": "enabled", "budget_tokens": 1024}});
+    let (status, body) = ask("/v1/messages", anth.clone()).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(last_prompt(), thinking_on["expected"].as_str().unwrap());
+    let v: Json = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v["content"],
+        json!([{"type": "thinking", "thinking": sky_thought, "signature": ""},
+               {"type": "text", "text": sky}]),
+        "{body}"
+    );
+    let mut anth_s = anth;
+    anth_s["stream"] = json!(true);
+    let (_, sse) = ask("/v1/messages", anth_s).await.unwrap();
+    let evs = sse_data(&sse);
+    let of = |kind: &'static str, key: &'static str| {
+        joined(
+            &evs,
+            move |e| e["delta"]["type"] == kind,
+            move |e| &e["delta"][key],
+        )
+    };
+    assert_eq!(of("thinking_delta", "thinking"), sky_thought, "{sse}");
+    assert_eq!(of("text_delta", "text"), sky, "{sse}");
+    let resp_req = json!({"model": "gemma-4", "input": thinking_on["messages"],
+                          "reasoning": {"effort": "medium"}, "stream": true});
+    let (status, sse) = ask("/v1/responses", resp_req).await.unwrap();
+    assert_eq!(status, 200, "{sse}");
+    assert_eq!(last_prompt(), thinking_on["expected"].as_str().unwrap());
+    let evs = sse_data(&sse);
+    let of = |kind: &'static str| joined(&evs, move |e| e["type"] == kind, |e| &e["delta"]);
+    assert_eq!(of("response.reasoning_text.delta"), sky_thought, "{sse}");
+    assert_eq!(of("response.output_text.delta"), sky, "{sse}");
+
+    // 2. thinking on with tools: the thought, then the call
+    let req = json!({"model": "gemma-4", "messages": first["messages"], "tools": first["tools"],
+                     "chat_template_kwargs": on});
+    let (status, body) = ask("/v1/chat/completions", req).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let resp: Json = serde_json::from_str(&body).unwrap();
+    let msg = resp["choices"][0]["message"].clone();
+    assert_eq!(resp["choices"][0]["finish_reason"], "tool_calls", "{body}");
+    assert_eq!(msg["reasoning_content"], thought, "{body}");
+    assert!(msg["content"].as_str().unwrap_or("").is_empty(), "{body}");
+    assert_eq!(msg["tool_calls"][0]["function"]["name"], "get_weather");
+
+    // 3. the message sent back with its reasoning_content: the template puts the thought
+    //    before the call (a tool-call turn after the last user message), as transformers does
+    //    in the `reasoning_on_tool_turn` golden; the model's next thought is split off again
+    let mut messages = first["messages"].as_array().unwrap().clone();
+    messages.push(msg.clone());
+    let id = msg["tool_calls"][0]["id"].clone();
+    messages.push(json!({"role": "tool", "tool_call_id": id, "content": "18 C and sunny"}));
+    let req = json!({"model": "gemma-4", "messages": messages, "tools": first["tools"],
+                     "chat_template_kwargs": on, "stream": true});
+    let (status, sse) = ask("/v1/chat/completions", req).await.unwrap();
+    assert_eq!(status, 200, "{sse}");
+    let turn = format!("<|turn>model\n<|channel>thought\n{thought}\n<channel|>{call_text}");
+    let reference = case(&g, "reasoning_on_tool_turn")["expected"]
+        .as_str()
+        .unwrap();
+    assert!(reference.contains(&format!("{turn}<|tool_response>")));
+    let want = second["expected"]
+        .as_str()
+        .unwrap()
+        .replace("<|turn>system\n", "<|turn>system\n<|think|>\n")
+        .replace(&format!("<|turn>model\n{call_text}"), &turn);
+    assert_eq!(last_prompt(), want);
+    let evs = sse_data(&sse);
+    let delta = |key: &'static str| joined(&evs, |_| true, move |e| &e["choices"][0]["delta"][key]);
+    assert_eq!(delta("reasoning_content"), "The tool says 18 C.", "{sse}");
+    assert_eq!(delta("content"), "It is 18 C in Paris.", "{sse}");
+
+    // 4. thinking off: the prompt closes an empty channel; plain text stays content, untouched
+    let off = case(&g, "thinking_off_explicit");
+    let req = json!({"model": "gemma-4", "messages": off["messages"],
+                     "chat_template_kwargs": {"enable_thinking": false}});
+    let (status, body) = ask("/v1/chat/completions", req).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(last_prompt(), off["expected"].as_str().unwrap());
+    let resp: Json = serde_json::from_str(&body).unwrap();
+    let msg = &resp["choices"][0]["message"];
+    assert!(msg["reasoning_content"].is_null(), "{body}");
+    assert_eq!(msg["content"], "4, as <b>4</b>.", "{body}");
 
     let _ = stop_tx.send(());
     server.await.unwrap().unwrap();
