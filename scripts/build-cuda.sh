@@ -131,12 +131,12 @@ open(f"{d}/stub", "w").write("")
 EOF
   fi
   cargo check "${CFG[@]}" --config "patch.crates-io.candle-kernels.path=\"$KDST\"" "${FEAT[@]}" \
-    --lib --bin dspark --test golden_tiny --test spec_greedy --test spec_golden
+    --lib --bin dspark --test golden_tiny --test spec_greedy --test spec_golden --test batch_invariance
   exit 0
 fi
 # one cargo run for the CLI and the three test binaries, so every crate is built once
 cargo build --release "${CFG[@]}" "${FEAT[@]}" --bin dspark --test golden_tiny --test spec_greedy \
-  --test spec_golden --message-format=json-render-diagnostics >"$OUT/build-messages.json"
+  --test spec_golden --test batch_invariance --message-format=json-render-diagnostics >"$OUT/build-messages.json"
 mkdir -p "$OUT/bin"
 python3 - "$OUT/build-messages.json" "$OUT/bin" <<'EOF'
 import json, os, shutil, sys
@@ -152,6 +152,6 @@ EOF
 # one solid xz stream with a window larger than a binary, so the PTX and code the four binaries
 # share is stored once (the carry limit is 64 MiB together with the working tree)
 mkdir -p "$OUT/carry"
-tar -C "$OUT/bin" -cf - dspark golden_tiny spec_greedy spec_golden |
+tar -C "$OUT/bin" -cf - dspark golden_tiny spec_greedy spec_golden batch_invariance |
   xz -T1 --lzma2=preset=6,dict=256MiB >"$OUT/carry/cuda-bins.tar.xz"
 ls -la "$OUT/carry/cuda-bins.tar.xz"

@@ -8,18 +8,21 @@
 # (scripts/bench/hf_cuda_decode.py; needs no binaries).
 # Usage: scripts/run-cuda.sh [--no-tests] [--q8b] [--hf] [--profile] [PACK]
 #   --profile: only the per-op profile run of --q8b (baseline and DFlash oracle rounds)
+#   --vs-hf: dspark's baseline decode and HF transformers (static cache, then torch.compile
+#            reduce-overhead) on the same checkpoint and ids at 1024 and 8192 context, one call
 #   (PACK: default target/cuda/carry/cuda-bins.tar.xz)
 # Logs go to $OUT (the device tool's result folder, which takes back at most 8 files) or to
 # target/cuda/run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-Q8B=0 HF=0 TESTS=1 PROF=0 PACK=target/cuda/carry/cuda-bins.tar.xz
+Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 PACK=target/cuda/carry/cuda-bins.tar.xz
 for a in "$@"; do
   case $a in
     --q8b) Q8B=1 ;;
     --hf) HF=1 ;;
     --no-tests) TESTS=0 ;;
     --profile) PROF=1 ;;
+    --vs-hf) VSHF=1; TESTS=0 ;;
     *) PACK=$a ;;
   esac
 done
@@ -62,9 +65,11 @@ export DSPARK_TESTS_DIR=$PWD/tests
   ldd $BIN/dspark | grep -i "cuda\|not found"
 } 2>&1 | tee -a "$LOG/tests.txt"
 fails=0
-for t in $([ $TESTS = 1 ] && echo golden_tiny spec_greedy spec_golden); do
+for t in $([ $TESTS = 1 ] && echo golden_tiny spec_greedy spec_golden batch_invariance); do
   echo "== $t" | tee -a "$LOG/tests.txt"
-  ( time timeout 150 $BIN/$t --test-threads=1 --nocapture ) >>"$LOG/tests.txt" 2>&1 || fails=$((fails + 1))
+  # batch_invariance: its CUDA test only (the others read CPU artefacts the GPU box lacks)
+  f=; [ $t = batch_invariance ] && f=cuda_
+  ( time timeout 150 $BIN/$t $f --test-threads=1 --nocapture ) >>"$LOG/tests.txt" 2>&1 || fails=$((fails + 1))
   grep -E "^test result|FAILED|panicked|on candle cuda" "$LOG/tests.txt" | tail -20
 done
 echo "test binaries failing: $fails" | tee -a "$LOG/tests.txt"
@@ -90,9 +95,31 @@ if [ $Q8B = 1 ]; then
   # the DSpark-shaped drafter (block 7; no confidence truncation, so the oracle's block is whole)
   q $B --max-tokens 128 --prompt-ids $M/prompt_ids.json --mode dspark --drafter $M/dspark-b7 --confidence-threshold 0 \
     --baseline-only --oracle-tau 2,4,6.5 --out "$LOG/bench_q8b_dspark.json"
+  # the same baseline and verify cost on candle's own CUDA ops (our kernels off), same call
+  q env DSPARK_CUDA_KERNELS=0 $B --max-tokens 128 --prompt-ids $M/prompt_ids.json --mode baseline \
+    --verify-cost 4,8,16 --out "$LOG/bench_q8b_candle_ops.json"
+  # exactness without margins: a plain N(0, 0.02) 8-layer checkpoint (no --decisive), whose
+  # near-ties flip on any rounding difference between verify rows and decode steps; greedy
+  # identity of oracle rounds with our batch-invariant kernels and with candle's own ops
+  P=/tmp/q8b-plain
+  [ -f $P/dflash-b16/config.json ] || ( time timeout 200 python3 scripts/bench/make_qwen3_8b_random.py $P \
+    --seed 1 --context 1024 --prompts 4 --layers 8 --drafters ) >>"$LOG/q8b.txt" 2>&1
+  PB="$BIN/dspark bench --model $P --device cuda --dtype bf16 --max-tokens 128 --prompt-ids $P/prompt_ids.json \
+    --mode dflash --drafter $P/dflash-b16 --baseline-only --oracle-tau 6.5"
+  q $PB --out /tmp/bench_plain_ours.json
+  q env DSPARK_CUDA_KERNELS=0 $PB --out /tmp/bench_plain_candle.json
   # 8192 context: baseline and verify cost
   q $B --max-tokens 128 --prompt-ids $M/prompt_ids_8192.json --mode baseline --verify-cost 4,8,16 \
     --out "$LOG/bench_q8b_8192.json"
+fi
+if [ $VSHF = 1 ]; then
+  checkpoint
+  B="$BIN/dspark bench --model $M --device cuda --dtype bf16 --mem-bandwidth-gbs 4130 --mode baseline --max-tokens 128"
+  q() { echo "== $*" >>"$LOG/q8b.txt"; ( time timeout 150 "$@" ) >>"$LOG/q8b.txt" 2>&1; tail -4 "$LOG/q8b.txt"; }
+  q $B --prompt-ids $M/prompt_ids.json --out "$LOG/bench_vs_hf_1024.json"
+  q $B --prompt-ids $M/prompt_ids_8192.json --out "$LOG/bench_vs_hf_8192.json"
+  timeout 300 python3 scripts/bench/hf_cuda_decode.py $M "$LOG/hf.json" $M/prompt_ids.json \
+    $M/prompt_ids_8192.json 2>&1 | grep -v Warning | tail -20 | tee -a "$LOG/q8b.txt"
 fi
 if [ $Q8B = 1 ] || [ $PROF = 1 ]; then
   checkpoint

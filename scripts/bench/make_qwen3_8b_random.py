@@ -124,6 +124,13 @@ def write_drafter(out, kind, rnd, ones):
         json.dump(drafter_config(kind), f, indent=1)
 
 
+def retarget(layers):
+    """A shallower target: the drafters tap 5 of its layers, spread like the 36-layer ones."""
+    global DRAFT_TAPS, LAYERS
+    DRAFT_TAPS = sorted({min(layers - 1, round(t * layers / LAYERS)) for t in DRAFT_TAPS})
+    LAYERS = layers
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -135,6 +142,8 @@ def main():
     ap.add_argument("--drafters", action="store_true")
     ap.add_argument("--decisive", action="store_true")
     a = ap.parse_args()
+    if a.layers != LAYERS:
+        retarget(a.layers)
     os.makedirs(a.out, exist_ok=True)
     t0 = time.time()
     dev = "cuda" if torch.cuda.is_available() else "cpu"

@@ -95,3 +95,71 @@ fn verify_blocks_equal_decode_steps_bit_for_bit_on_smollm2() {
         check(&b, m, label, &prompt, &block);
     }
 }
+
+/// The same contract on a GPU with our CUDA kernels (`backend/cuda/`): blocks of up to 16
+/// tokens (the few-row GEMM's limit; DFlash b16's verify block) against one-token steps, in
+/// f32 (CUDA cores) and bf16 (tensor cores). Runs with the `cuda` feature on a CUDA device.
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_verify_blocks_equal_decode_steps_bit_for_bit() {
+    use dspark_engine::backend::DType;
+    for dtype in [DType::F32, DType::BF16] {
+        let b = CandleBackend::cuda(0)
+            .unwrap_or_else(|e| panic!("cuda:0: {e}"))
+            .with_dtype(dtype);
+        for variant in ["qwen3", "qwen3-tied", "llama"] {
+            let ck = open_checkpoint(&fixture(&format!("tiny/{variant}"))).unwrap();
+            let m = Transformer::load(&b, ck.cfg, ck.source.as_ref()).unwrap();
+            let vocab = m.cfg.vocab_size;
+            for (p, l) in [(1usize, 1usize), (5, 8), (12, 16), (40, 5), (300, 16)] {
+                let prompt = ids(p, vocab, (p * 31 + l) as u64);
+                let block = ids(l, vocab, (p * 7 + l * 3) as u64);
+                check(&b, &m, &format!("{variant} {dtype:?}"), &prompt, &block);
+            }
+        }
+    }
+}
+
+/// The device argmax the greedy loops use on CUDA picks what `sampling::argmax` picks on the
+/// host: the first index among ties, never a NaN, 0 for a row of -inf; in f32 and in bf16
+/// (where ties between nearby logits are common).
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_device_argmax_follows_the_host_rule() {
+    use dspark_engine::backend::DType;
+    use dspark_engine::sampling::argmax;
+    let n = 5000;
+    let mut rows: Vec<Vec<f32>> = Vec::new();
+    let mut s = 7u64;
+    for r in 0..24 {
+        let mut row: Vec<f32> = (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                // coarse values: many exact ties, also after rounding to bf16
+                ((s >> 40) % 64) as f32 * 0.25 - 8.0
+            })
+            .collect();
+        match r % 4 {
+            1 => row[n - 1] = f32::NAN,
+            2 => row.iter_mut().for_each(|v| *v = f32::NEG_INFINITY),
+            3 => row[r * 13] = f32::NAN,
+            _ => {}
+        }
+        rows.push(row);
+    }
+    for dtype in [DType::F32, DType::BF16] {
+        let b = CandleBackend::cuda(0)
+            .unwrap_or_else(|e| panic!("cuda:0: {e}"))
+            .with_dtype(dtype);
+        assert!(b.device_argmax(), "our CUDA kernels are on by default");
+        let flat: Vec<f32> = rows.concat();
+        let t = b.from_f32(&flat, &[1, rows.len(), n]).unwrap();
+        // the host rule on exactly the values the device holds
+        let held = b.to_f32_vec(&t).unwrap();
+        let want: Vec<u32> = held.chunks_exact(n).map(argmax).collect();
+        let got = b.to_u32_vec(&b.argmax_last(&t).unwrap()).unwrap();
+        assert_eq!(got, want, "{dtype:?}");
+    }
+}

@@ -67,6 +67,13 @@ pub fn adjusts(s: &SamplingParams) -> bool {
     logit_bias::active(s) || penalties::active(s)
 }
 
+/// Greedy with nothing that reads or changes whole rows (no logit bias, penalties, grammar or
+/// log-probabilities): the chosen token is the row's argmax and nothing else, so a backend may
+/// compute it where the logits are ([`crate::backend::Backend::device_argmax`]).
+pub fn plain_greedy(s: &SamplingParams) -> bool {
+    s.is_greedy() && !adjusts(s) && s.logprobs.is_none() && s.constraint.is_none()
+}
+
 /// The logit processors of `s` on the row of a position preceded by `prompt` then
 /// `generated`: `logit_bias` first, then the penalties. Every loop (baseline, speculative
 /// verification) chooses tokens from rows adjusted by this and nothing else.

@@ -7,6 +7,8 @@
 
 pub mod candle;
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod load_report;
 #[cfg(feature = "mlx")]
 pub mod mlx;
@@ -182,8 +184,14 @@ pub trait Backend: Clone + Send + 'static {
     /// `cap * tanh(x / cap)` (logit soft-capping).
     fn softcap(&self, x: &Self::Tensor, cap: f32) -> BResult<Self::Tensor>;
     fn softmax_last(&self, x: &Self::Tensor) -> BResult<Self::Tensor>;
-    /// Index of the largest value along the last axis (u32), first index on ties.
+    /// Index of the largest value along the last axis (u32), first index on ties (NaN never
+    /// chosen): the rule of `sampling::argmax`.
     fn argmax_last(&self, x: &Self::Tensor) -> BResult<Self::Tensor>;
+    /// Whether greedy loops should take [`Backend::argmax_last`] on the device and copy only
+    /// the ids instead of whole logit rows (a GPU, where rows cross a bus).
+    fn device_argmax(&self) -> bool {
+        false
+    }
     /// The `k` largest values along the last axis and their indices, descending.
     fn topk_last(&self, x: &Self::Tensor, k: usize) -> BResult<(Self::Tensor, Self::Tensor)>;
 

@@ -11,7 +11,7 @@ use crate::constrain::Drafting;
 use crate::error::EngineError;
 use crate::model::kv_injection::KvInjectionNet;
 use crate::model::transformer::Transformer;
-use crate::sampling::{distribution, pick, sample_index, SamplingParams};
+use crate::sampling::{distribution, pick, plain_greedy, sample_index, SamplingParams};
 use crate::spec::{Drafter, DrafterState, Proposal, SpecParams};
 
 pub struct DFlash<B: Backend> {
@@ -108,6 +108,12 @@ impl<B: Backend> Drafter<B> for DFlash<B> {
         let mut logits = target.lm_head(&rows)?;
         if let Some(cap) = self.net.cfg.final_logit_softcapping {
             logits = b.softcap(&logits, cap)?;
+        }
+        if plain_greedy(sampling) && b.device_argmax() {
+            return Ok(Proposal {
+                tokens: b.to_u32_vec(&b.argmax_last(&logits)?)?,
+                q: None,
+            });
         }
         let host = b.to_f32_vec(&logits)?;
         choose_rows(&host, target.cfg.vocab_size, sampling, rng)

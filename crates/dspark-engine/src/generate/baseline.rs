@@ -11,7 +11,7 @@ use crate::error::EngineError;
 use crate::kv::KvCache;
 use crate::model::transformer::{LogitsWanted, Transformer};
 use crate::sampling::logprobs::{self, TokenLogprob};
-use crate::sampling::{adjust, pick, rng_for};
+use crate::sampling::{adjust, pick, plain_greedy, rng_for};
 
 /// Generates after `prompt`. `cache` may already hold a prefix of `prompt` (prefix reuse);
 /// at least one prompt token is always prefilled.
@@ -81,8 +81,14 @@ pub fn generate<B: Backend>(
                 break f;
             }
             let out = model.forward(&[next], cache, &[], LogitsWanted::Last)?;
-            let mut row = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
             stats.target_forwards += 1;
+            let logits = out.logits.as_ref().expect("asked for logits");
+            if plain_greedy(&params.sampling) && b.device_argmax() {
+                // only the id crosses to the host; the same first-index rule as `argmax`
+                next = b.to_u32_vec(&b.argmax_last(logits)?)?[0];
+                continue;
+            }
+            let mut row = b.to_f32_vec(logits)?;
             adjust(&mut row, &params.sampling, prompt, &tokens);
             constrain::mask(&params.sampling, &mut row)?;
             next = pick(&row, &params.sampling, &mut rng);

@@ -16,7 +16,7 @@ use crate::generate::{FinishReason, Flow, GenParams, GenResult, GenStats, TokenS
 use crate::kv::KvCache;
 use crate::model::transformer::{LogitsWanted, Transformer};
 use crate::sampling::logprobs::{self, TokenLogprob};
-use crate::sampling::{adjust, adjusts, argmax, distribution, pick, rng_for};
+use crate::sampling::{adjust, adjusts, argmax, distribution, pick, plain_greedy, rng_for};
 
 /// Generates after `prompt` with `drafter`. `cache` (and the drafter) may already hold a
 /// prefix of the prompt; both must hold the same length.
@@ -118,35 +118,46 @@ pub fn generate<B: Backend>(
             fed.extend_from_slice(&drafts);
             let out = target.forward(&fed, cache, &taps, LogitsWanted::All)?;
             stats.target_forwards += 1;
-            let mut logits = b.to_f32_vec(out.logits.as_ref().expect("asked for logits"))?;
-            let v = target.cfg.vocab_size;
-            if adjusts(&params.sampling) {
-                // row j follows the emitted tokens and drafts 1..j: what the baseline would
-                // have seen there had those drafts been its own tokens
-                let mut seen = tokens.clone();
-                for (j, r) in logits.chunks_exact_mut(v).enumerate() {
-                    adjust(r, &params.sampling, prompt, &seen);
-                    seen.extend(drafts.get(j));
-                }
-            }
-            // row j under the grammar state after the emitted tokens and drafts 1..j
-            constrain::mask_block(&params.sampling, &mut logits, v, &drafts)?;
-            let rows: Vec<&[f32]> = logits.chunks_exact(v).collect();
-            let outcome = if params.sampling.is_greedy() {
-                let am: Vec<u32> = rows.iter().map(|r| argmax(r)).collect();
-                verify_greedy(&am, &drafts)
+            let out_logits = out.logits.as_ref().expect("asked for logits");
+            // plain greedy on a GPU: only the ids cross to the host (`argmax`'s rule)
+            let device_pick = plain_greedy(&params.sampling) && b.device_argmax();
+            let mut logits = if device_pick {
+                Vec::new()
             } else {
-                let p: Vec<Vec<f32>> = rows
-                    .iter()
-                    .map(|r| distribution(r, &params.sampling))
-                    .collect();
-                let q = proposal.q.as_ref().ok_or_else(|| {
-                    EngineError::Invalid(format!(
-                        "{} drafter gave no draft distribution",
-                        drafter.name()
-                    ))
-                })?;
-                verify_sampled(&p, q, &drafts, &mut rng)
+                b.to_f32_vec(out_logits)?
+            };
+            let v = target.cfg.vocab_size;
+            let outcome = if device_pick {
+                verify_greedy(&b.to_u32_vec(&b.argmax_last(out_logits)?)?, &drafts)
+            } else {
+                if adjusts(&params.sampling) {
+                    // row j follows the emitted tokens and drafts 1..j: what the baseline would
+                    // have seen there had those drafts been its own tokens
+                    let mut seen = tokens.clone();
+                    for (j, r) in logits.chunks_exact_mut(v).enumerate() {
+                        adjust(r, &params.sampling, prompt, &seen);
+                        seen.extend(drafts.get(j));
+                    }
+                }
+                // row j under the grammar state after the emitted tokens and drafts 1..j
+                constrain::mask_block(&params.sampling, &mut logits, v, &drafts)?;
+                let rows: Vec<&[f32]> = logits.chunks_exact(v).collect();
+                if params.sampling.is_greedy() {
+                    let am: Vec<u32> = rows.iter().map(|r| argmax(r)).collect();
+                    verify_greedy(&am, &drafts)
+                } else {
+                    let p: Vec<Vec<f32>> = rows
+                        .iter()
+                        .map(|r| distribution(r, &params.sampling))
+                        .collect();
+                    let q = proposal.q.as_ref().ok_or_else(|| {
+                        EngineError::Invalid(format!(
+                            "{} drafter gave no draft distribution",
+                            drafter.name()
+                        ))
+                    })?;
+                    verify_sampled(&p, q, &drafts, &mut rng)
+                }
             };
             stats.verify_secs += tv.elapsed().as_secs_f64();
 

@@ -201,6 +201,21 @@ impl CandleBackend {
                 let cpu_kernel = self.cpu_kernels()
                     && x.dtype() == CDType::F32
                     && matches!(w.dtype(), CDType::F32 | CDType::BF16);
+                #[cfg(feature = "cuda")]
+                if self.cuda_kernels()
+                    && rows <= crate::backend::cuda::ROWS_MAX
+                    && x.dtype() == w.dtype()
+                    && matches!(w.dtype(), CDType::F32 | CDType::BF16)
+                {
+                    let x = if x.stride().last() == Some(&1) {
+                        x.clone()
+                    } else {
+                        x.contiguous().map_err(err)?
+                    };
+                    return x
+                        .apply_op2_no_bwd(w, &crate::backend::cuda::RowsGemm)
+                        .map_err(err);
+                }
                 if cpu_kernel && gemv::takes_rows(rows) {
                     return x
                         .contiguous()

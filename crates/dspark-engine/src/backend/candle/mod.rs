@@ -1,6 +1,7 @@
 //! [`Backend`] on candle: CPU here, CUDA with the `cuda` feature. Matmul weights and their
 //! forms (dense, GGUF blocks, MLX affine) live in `linear.rs`. On the CPU, few-row matmuls
-//! (decode and verify) and attention run on our own batch-invariant kernels (`backend/cpu/`).
+//! (decode and verify) and attention run on our own batch-invariant kernels (`backend/cpu/`);
+//! on CUDA the same holds with `backend/cuda/` (few-row GEMM, attention in place, argmax).
 
 mod linear;
 
@@ -9,6 +10,8 @@ use candle_core::{DType as CDType, Device, Tensor, D};
 pub use linear::CandleLinear;
 
 use super::cpu::ops as cpu_ops;
+#[cfg(feature = "cuda")]
+use super::cuda as cuda_ops;
 use super::{profile, AttnMask, BResult, Backend, BackendError, DType, RopeSpec, RopeStyle};
 use crate::weights::HostTensor;
 
@@ -33,8 +36,9 @@ pub struct CandleBackend {
     dtype: DType,
     /// Keep GGUF block-quantized weights quantized (CPU `QMatMul`) instead of dequantizing.
     keep_quantized: bool,
-    /// Our CPU kernels (`backend/cpu/`) for decode matmuls and attention; `DSPARK_CPU_KERNELS=0`
-    /// turns them off (candle's own ops), for before/after comparisons in one binary.
+    /// Our kernels (`backend/cpu/`, or `backend/cuda/` on a GPU) for decode matmuls and
+    /// attention; `DSPARK_CPU_KERNELS=0` / `DSPARK_CUDA_KERNELS=0` turns them off (candle's own
+    /// ops), for before/after comparisons in one binary.
     own_kernels: bool,
     /// What each loaded weight became (see `take_load_report`).
     report: std::sync::Arc<std::sync::Mutex<crate::backend::load_report::LoadReport>>,
@@ -80,6 +84,10 @@ impl CandleBackend {
     /// `cuda:N` with the `cuda` feature, else an error.
     pub fn cuda(ordinal: usize) -> BResult<Self> {
         let device = Device::new_cuda(ordinal).map_err(err)?;
+        #[cfg(feature = "cuda")]
+        if let Device::Cuda(d) = &device {
+            cuda_ops::tune_device(d).map_err(err)?;
+        }
         if crate::backend::profile::enabled() {
             let d = device.clone();
             crate::backend::profile::set_sync(Box::new(move || {
@@ -90,7 +98,8 @@ impl CandleBackend {
             device,
             dtype: DType::BF16,
             keep_quantized: false,
-            own_kernels: false,
+            own_kernels: cfg!(feature = "cuda")
+                && std::env::var("DSPARK_CUDA_KERNELS").map_or(true, |v| v != "0"),
             report: Default::default(),
             last_mask: Default::default(),
         })
@@ -152,6 +161,11 @@ impl CandleBackend {
     /// Our CPU kernels apply (CPU device, f32 compute, not turned off).
     fn cpu_kernels(&self) -> bool {
         self.own_kernels && self.device.is_cpu() && self.dtype == DType::F32
+    }
+
+    /// Our CUDA kernels apply (CUDA device, built with them, not turned off).
+    pub(super) fn cuda_kernels(&self) -> bool {
+        self.own_kernels && self.device.is_cuda()
     }
 
     fn dense_f32_host(&self, host: &HostTensor) -> BResult<Tensor> {
@@ -464,6 +478,23 @@ impl Backend for CandleBackend {
                 .apply_op3_no_bwd(&k, &v, &cpu_ops::Attention { mask, scale })
                 .map_err(err);
         }
+        #[cfg(feature = "cuda")]
+        if self.cuda_kernels()
+            && d % 16 == 0
+            && d <= 256
+            && [q, k, v].iter().all(|t| cuda_dtype(t.dtype()))
+        {
+            let q = if q.stride().last() == Some(&1) {
+                q.clone()
+            } else {
+                q.contiguous().map_err(err)?
+            };
+            // [b, lq, hq, d] from the kernel; the layer's transpose back is then free
+            return q
+                .apply_op3_no_bwd(k, v, &cuda_ops::CacheAttention { mask, scale })
+                .and_then(|o| o.transpose(1, 2))
+                .map_err(err);
+        }
         let rep = hq / hkv;
         // group query heads onto their kv head: [b, hkv, rep*lq, d]
         let qg = q
@@ -500,6 +531,15 @@ impl Backend for CandleBackend {
         let f32s = gate.dtype() == CDType::F32 && up.dtype() == CDType::F32;
         if self.cpu_kernels() && f32s && inner(gate) && inner(up) {
             return gate.apply_op2_no_bwd(up, &cpu_ops::Swiglu).map_err(err);
+        }
+        #[cfg(feature = "cuda")]
+        if self.cuda_kernels()
+            && gate.dtype() == up.dtype()
+            && cuda_dtype(gate.dtype())
+            && gate.stride().last() == Some(&1)
+            && up.stride().last() == Some(&1)
+        {
+            return gate.apply_op2_no_bwd(up, &cuda_ops::Swiglu).map_err(err);
         }
         gate.silu().and_then(|g| g.broadcast_mul(up)).map_err(err)
     }
@@ -543,7 +583,18 @@ impl Backend for CandleBackend {
 
     fn argmax_last(&self, x: &Tensor) -> BResult<Tensor> {
         let _p = profile::span("argmax");
+        #[cfg(feature = "cuda")]
+        if self.cuda_kernels() && cuda_dtype(x.dtype()) {
+            return x
+                .contiguous()
+                .and_then(|x| x.apply_op1_no_bwd(&cuda_ops::ArgmaxRows))
+                .map_err(err);
+        }
         x.argmax(D::Minus1).map_err(err)
+    }
+
+    fn device_argmax(&self) -> bool {
+        self.cuda_kernels()
     }
 
     fn topk_last(&self, x: &Tensor, k: usize) -> BResult<(Tensor, Tensor)> {
@@ -590,4 +641,10 @@ impl Backend for CandleBackend {
         dst.slice_set(&src, dim, offset).map_err(err)?;
         Ok(dst.clone())
     }
+}
+
+/// The dtypes our CUDA kernels take.
+#[cfg(feature = "cuda")]
+fn cuda_dtype(d: CDType) -> bool {
+    matches!(d, CDType::F32 | CDType::BF16)
 }
