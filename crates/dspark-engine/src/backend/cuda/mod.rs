@@ -94,6 +94,27 @@ fn suffix(dt: DType, op: &str) -> Result<&'static str> {
     }
 }
 
+/// The one stride between consecutive rows of `l` (rows = all dims but the last, which must have
+/// a unit stride): that of its one non-unit leading dim, or the row length when contiguous.
+fn row_stride(l: &Layout, op: &str) -> Result<i64> {
+    let (d, s) = (l.dims(), l.stride());
+    if s.last() != Some(&1) {
+        return Err(msg(format!("{op}: rows need a unit inner stride")));
+    }
+    let lead: Vec<(usize, usize)> = d[..d.len() - 1]
+        .iter()
+        .zip(&s[..s.len() - 1])
+        .filter(|(&n, _)| n > 1)
+        .map(|(&n, &st)| (n, st))
+        .collect();
+    match lead.as_slice() {
+        [] => Ok(*d.last().unwrap_or(&1) as i64),
+        [(_, st)] => Ok(*st as i64),
+        _ if l.is_contiguous() => Ok(*d.last().unwrap_or(&1) as i64),
+        _ => Err(msg(format!("{op}: rows must share one stride"))),
+    }
+}
+
 /// `x[.., k] · w[n, k]ᵀ -> [.., n]` for at most [`ROWS_MAX`] rows; x and w of one dtype,
 /// x rows at a unit inner stride, w contiguous.
 pub struct RowsGemm;
@@ -129,23 +150,7 @@ impl CustomOp2 for RowsGemm {
         if m == 0 || m > ROWS_MAX {
             return Err(msg(format!("gemm: {m} rows (1..={ROWS_MAX})")));
         }
-        // rows of x: inner stride 1 and one row stride for all of them
-        let xs_ = xl.stride();
-        if xs_.last() != Some(&1) {
-            return Err(msg("gemm: x rows must have a unit inner stride"));
-        }
-        let ldx = if lead.iter().filter(|&&d| d > 1).count() > 1 {
-            if !xl.is_contiguous() {
-                return Err(msg("gemm: x must be contiguous over several batch dims"));
-            }
-            k
-        } else {
-            // the one non-unit leading dim's stride (or k for a single row)
-            lead.iter()
-                .zip(xs_.iter())
-                .find(|(&d, _)| d > 1)
-                .map_or(k, |(_, &s)| s)
-        };
+        let ldx = row_stride(xl, "gemm")? as usize;
         let dt = xs.dtype();
         if ws.dtype() != dt {
             return Err(msg("gemm: x and w dtypes differ"));
@@ -440,25 +445,6 @@ impl CustomOp1 for ArgmaxRows {
 /// `silu(gate) · up` over `[.., c]` halves with unit inner strides (contiguous output).
 pub struct Swiglu;
 
-fn row_stride(l: &Layout) -> Result<i64> {
-    let (d, s) = (l.dims(), l.stride());
-    if s.last() != Some(&1) {
-        return Err(msg("swiglu: unit inner stride needed"));
-    }
-    let lead: Vec<(usize, usize)> = d[..d.len() - 1]
-        .iter()
-        .zip(&s[..s.len() - 1])
-        .filter(|(&n, _)| n > 1)
-        .map(|(&n, &st)| (n, st))
-        .collect();
-    match lead.as_slice() {
-        [] => Ok(*d.last().unwrap_or(&1) as i64),
-        [(_, st)] => Ok(*st as i64),
-        _ if l.is_contiguous() => Ok(*d.last().unwrap_or(&1) as i64),
-        _ => Err(msg("swiglu: rows must share one stride")),
-    }
-}
-
 impl CustomOp2 for Swiglu {
     fn name(&self) -> &'static str {
         "dspark-cuda-swiglu"
@@ -487,7 +473,7 @@ impl CustomOp2 for Swiglu {
         let dims = gl.dims().to_vec();
         let cols = *dims.last().ok_or_else(|| msg("swiglu: scalar"))?;
         let rows: usize = dims[..dims.len() - 1].iter().product();
-        let (ldg, ldu) = (row_stride(gl)?, row_stride(ul)?);
+        let (ldg, ldu) = (row_stride(gl, "swiglu")?, row_stride(ul, "swiglu")?);
         let dev = gs.device().clone();
         let sfx = suffix(gs.dtype(), "swiglu")?;
         let f = func!(dev, &format!("swiglu_{sfx}"))?;
