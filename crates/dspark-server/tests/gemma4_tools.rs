@@ -163,6 +163,31 @@ impl Engine for Templated {
 }
 
 /// One chat completion over a fresh connection: (status, body), chunked bodies joined.
+/// A real server on a loopback port over `script` behind the real template; stop it by
+/// sending on the returned channel and awaiting the handle.
+async fn serve(
+    script: Script,
+) -> (
+    Arc<Templated>,
+    std::net::SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let engine = Arc::new(Templated {
+        inner: ScriptedEngine::new(script),
+        tmpl: template(),
+        prompts: Mutex::default(),
+    });
+    let router = app(AppState::new(engine.clone(), ServerConfig::new("gemma-4")));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(dspark_server::serve(listener, router, async {
+        let _ = stop_rx.await;
+    }));
+    (engine, addr, stop_tx, server)
+}
+
 fn post(addr: std::net::SocketAddr, body: &Json) -> (u16, String) {
     post_to(addr, "/v1/chat/completions", body)
 }
@@ -245,18 +270,7 @@ async fn tool_round_trip_over_http_matches_transformers_prompts() {
         context_len: 1 << 20,
         ..Script::replying("")
     };
-    let engine = Arc::new(Templated {
-        inner: ScriptedEngine::new(script),
-        tmpl: template(),
-        prompts: Mutex::default(),
-    });
-    let router = app(AppState::new(engine.clone(), ServerConfig::new("gemma-4")));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(dspark_server::serve(listener, router, async {
-        let _ = stop_rx.await;
-    }));
+    let (engine, addr, stop_tx, server) = serve(script).await;
     let ask = |body: Json| tokio::task::spawn_blocking(move || post(addr, &body));
     let last_prompt = || engine.prompts.lock().unwrap().last().cloned().unwrap();
     let want_args = json!({"city": "Paris", "unit": "celsius"});
@@ -362,18 +376,7 @@ async fn thought_channel_becomes_reasoning_content() {
         context_len: 1 << 20,
         ..Script::replying("")
     };
-    let engine = Arc::new(Templated {
-        inner: ScriptedEngine::new(script),
-        tmpl: template(),
-        prompts: Mutex::default(),
-    });
-    let router = app(AppState::new(engine.clone(), ServerConfig::new("gemma-4")));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(dspark_server::serve(listener, router, async {
-        let _ = stop_rx.await;
-    }));
+    let (engine, addr, stop_tx, server) = serve(script).await;
     let ask = |path: &'static str, body: Json| {
         tokio::task::spawn_blocking(move || post_to(addr, path, &body))
     };
