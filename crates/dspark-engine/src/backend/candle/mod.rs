@@ -594,7 +594,9 @@ impl Backend for CandleBackend {
     }
 
     fn device_argmax(&self) -> bool {
-        self.cuda_kernels()
+        // our argmax kernel (the host's tie rule) takes f32 and bf16 logits; candle's own
+        // argmax, used for f16, is not held to that rule
+        self.cuda_kernels() && matches!(self.dtype, DType::F32 | DType::BF16)
     }
 
     fn topk_last(&self, x: &Tensor, k: usize) -> BResult<(Tensor, Tensor)> {
