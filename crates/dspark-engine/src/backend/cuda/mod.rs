@@ -162,6 +162,7 @@ impl CustomOp2 for RowsGemm {
             DType::BF16 => {
                 let x = view::<bf16>(xs, xl)?;
                 let w = view::<bf16>(ws, wl)?;
+                // SAFETY: every element is written by the kernel below before anything reads it.
                 let y = unsafe { dev.alloc::<bf16>(m * n)? };
                 let aligned = k % 8 == 0
                     && ldx % 8 == 0
@@ -190,12 +191,15 @@ impl CustomOp2 for RowsGemm {
                 b.arg(&ki);
                 b.arg(&li);
                 b.arg(&vi);
+                // SAFETY: the arguments match the kernel's signature in kernels.cu and every buffer
+                // outlives the launch in stream order (one stream; frees are stream-ordered).
                 unsafe { b.launch(cfg) }.w()?;
                 CudaStorage::wrap_cuda_slice(y, dev.clone())
             }
             DType::F32 => {
                 let x = view::<f32>(xs, xl)?;
                 let w = view::<f32>(ws, wl)?;
+                // SAFETY: every element is written by the kernel below before anything reads it.
                 let y = unsafe { dev.alloc::<f32>(m * n)? };
                 let f = func!(dev, "gemm_rows_f32")?;
                 let cfg = LaunchConfig {
@@ -212,6 +216,8 @@ impl CustomOp2 for RowsGemm {
                 b.arg(&ni);
                 b.arg(&ki);
                 b.arg(&li);
+                // SAFETY: the arguments match the kernel's signature in kernels.cu and every buffer
+                // outlives the launch in stream order (one stream; frees are stream-ordered).
                 unsafe { b.launch(cfg) }.w()?;
                 CudaStorage::wrap_cuda_slice(y, dev.clone())
             }
@@ -347,6 +353,7 @@ impl CustomOp3 for CacheAttention {
             scale: self.scale,
         };
         let dev = qs.device().clone();
+        // SAFETY: every element is written by the kernel below before anything reads it.
         let scratch = unsafe { dev.alloc::<f32>(b * lq * hq * splits * (d + 2))? };
         let split_cfg = LaunchConfig {
             grid_dim: (splits as u32, hq as u32, (b * lq) as u32),
@@ -373,12 +380,17 @@ impl CustomOp3 for CacheAttention {
                 bld.arg(&v);
                 bld.arg(&scratch);
                 bld.arg(&args);
+                // SAFETY: the arguments match the kernel's signature in kernels.cu and every buffer
+                // outlives the launch in stream order (one stream; frees are stream-ordered).
                 unsafe { bld.launch(split_cfg) }.w()?;
+                // SAFETY: every element is written by the kernel below before anything reads it.
                 let o = unsafe { dev.alloc::<$t>(b * lq * hq * d)? };
                 let mut bld = comb_fn.builder();
                 bld.arg(&scratch);
                 bld.arg(&o);
                 bld.arg(&args);
+                // SAFETY: the arguments match the kernel's signature in kernels.cu and every buffer
+                // outlives the launch in stream order (one stream; frees are stream-ordered).
                 unsafe { bld.launch(comb_cfg) }.w()?;
                 CudaStorage::wrap_cuda_slice(o, dev.clone())
             }};
@@ -412,6 +424,7 @@ impl CustomOp1 for ArgmaxRows {
         let rows: usize = lead.iter().product();
         let dev = s.device().clone();
         let sfx = suffix(s.dtype(), "argmax")?;
+        // SAFETY: every element is written by the kernel below before anything reads it.
         let out = unsafe { dev.alloc::<u32>(rows.max(1))? };
         let f = func!(dev, &format!("argmax_rows_{sfx}"))?;
         let cfg = LaunchConfig {
@@ -428,6 +441,8 @@ impl CustomOp1 for ArgmaxRows {
                 b.arg(&out);
                 b.arg(&ni);
                 b.arg(&ld);
+                // SAFETY: the arguments match the kernel's signature in kernels.cu and every buffer
+                // outlives the launch in stream order (one stream; frees are stream-ordered).
                 unsafe { b.launch(cfg) }.w()?;
             }};
         }
@@ -487,6 +502,7 @@ impl CustomOp2 for Swiglu {
         macro_rules! run {
             ($t:ty) => {{
                 let (g, u) = (view::<$t>(gs, gl)?, view::<$t>(us, ul)?);
+                // SAFETY: every element is written by the kernel below before anything reads it.
                 let o = unsafe { dev.alloc::<$t>(total.max(1))? };
                 let mut b = f.builder();
                 b.arg(&g);
@@ -496,6 +512,8 @@ impl CustomOp2 for Swiglu {
                 b.arg(&c);
                 b.arg(&ldg);
                 b.arg(&ldu);
+                // SAFETY: the arguments match the kernel's signature in kernels.cu and every buffer
+                // outlives the launch in stream order (one stream; frees are stream-ordered).
                 unsafe { b.launch(cfg) }.w()?;
                 CudaStorage::wrap_cuda_slice(o, dev.clone())
             }};
