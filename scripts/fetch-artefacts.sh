@@ -182,24 +182,16 @@ done
 if [ "$g4_ok" = 1 ]; then
     skipped=$((skipped + ${#G4_MEMBERS[@]}))
 else
-    "$PY" - "$TMP/llama-cpp-python.tar.gz" "$SHA_LLAMA_CPP_PY_SDIST" <<'PYEOF'
-import hashlib, json, sys, urllib.parse, urllib.request
-out, want = sys.argv[1:3]
-api = "https://pypi.org/pypi/llama-cpp-python/json"
-with urllib.request.urlopen(api, timeout=120) as r:
-    files = json.load(r)["releases"]["0.3.36"]
-sdist = next(f for f in files if f["packagetype"] == "sdist")
-if sdist["digests"]["sha256"] != want:
-    sys.exit(f"PyPI states sha256 {sdist['digests']['sha256']} for {sdist['filename']}, pinned {want}")
-url = urllib.parse.urljoin(api, sdist["url"])  # absolute on pypi.org, relative behind some mirrors
-h = hashlib.sha256()
-with urllib.request.urlopen(url, timeout=600) as r, open(out, "wb") as f:
-    while chunk := r.read(1 << 20):
-        h.update(chunk)
-        f.write(chunk)
-if h.hexdigest() != want:
-    sys.exit(f"sha256 mismatch for {url}: got {h.hexdigest()}, pinned {want}")
-PYEOF
+    # pip downloads an sdist only after reading its metadata through the build backend: a
+    # throwaway venv holds just that backend (scikit-build-core, no compiler run), so nothing
+    # is built; the file is then checked against the pinned sha256
+    "$PY" -m venv "$TMP/sdist-venv"
+    "$TMP/sdist-venv/bin/python" -m pip install --quiet scikit-build-core >&2
+    "$TMP/sdist-venv/bin/python" -m pip download --quiet --no-deps --no-binary :all: \
+        --no-build-isolation -d "$TMP/sdist" llama-cpp-python==0.3.36 >&2
+    mv "$TMP/sdist/llama_cpp_python-0.3.36.tar.gz" "$TMP/llama-cpp-python.tar.gz"
+    echo "$SHA_LLAMA_CPP_PY_SDIST  $TMP/llama-cpp-python.tar.gz" | sha256sum -c --quiet - >&2 ||
+        { echo "fetch-artefacts: sha256 mismatch for llama-cpp-python 0.3.36's sdist" >&2; exit 1; }
     for m in "${G4_MEMBERS[@]}"; do
         IFS='|' read -r member name sha <<<"$m"
         tar -xzf "$TMP/llama-cpp-python.tar.gz" -C "$TMP" "llama_cpp_python-0.3.36/$member"
