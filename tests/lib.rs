@@ -196,3 +196,14 @@ pub fn max_abs(v: &[f32]) -> f32 {
         }
     })
 }
+
+/// Fails listing every collected failure (`what` names the cases, e.g. "cases") when any
+/// of `total` checks failed; golden suites collect all differences before failing.
+pub fn assert_none_failed(failures: &[String], total: usize, what: &str) {
+    assert!(
+        failures.is_empty(),
+        "{} of {total} {what} differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}

@@ -39,13 +39,7 @@ fn qwen3_template_matches_transformers() {
             ids_checked += 1;
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases differ:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    dspark_tests::assert_none_failed(&failures, cases.len(), "cases");
     assert!(ids_checked >= 1);
 }
 

@@ -46,13 +46,7 @@ fn gemma4_template_matches_transformers() {
             string_args += 1;
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases differ:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    dspark_tests::assert_none_failed(&failures, cases.len(), "cases");
     assert_eq!(string_args, 2);
 }
 
@@ -94,13 +88,7 @@ fn gemma4_vocab_matches_llama_cpp_vectors() {
             failures.push(format!("{text:?}: got {got:?}, want {want:?}"));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} differ:\n{}",
-        failures.len(),
-        inputs.len(),
-        failures.join("\n")
-    );
+    dspark_tests::assert_none_failed(&failures, inputs.len(), "inputs");
 }
 
 /// The template's markers are single tokens of the real vocabulary; the two that end a model
