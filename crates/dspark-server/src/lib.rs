@@ -19,6 +19,7 @@ pub mod routes;
 pub mod scripted;
 pub mod sse;
 pub mod structured;
+pub mod structured_gemma4;
 pub mod thinking;
 pub mod tools;
 pub mod ui;

@@ -1,6 +1,8 @@
 //! Structured output: `response_format` (`json_object`, `json_schema`) and `tool_choice`
 //! (`required` or a named function) become a grammar ([`Grammar`]) that the engine enforces
-//! by constrained decoding (`dspark_engine::constrain`). Grammars compile against the
+//! by constrained decoding (`dspark_engine::constrain`). A forced call is written in the call
+//! syntax of the model's chat template: Hermes/Qwen3 `<tool_call>` JSON here, Gemma 4
+//! `<|tool_call>call:NAME{…}` in `structured_gemma4.rs`. Grammars compile against the
 //! model's tokenizer; the compiler (the token trie over the whole vocabulary) is built once
 //! per tokenizer and kept.
 
@@ -12,11 +14,21 @@ use serde_json::{json, Map, Value as Json};
 
 use crate::validate::{Kind, ValidationError};
 
-/// A request's output grammar and the parameter that asked for it (named by any error).
+/// A request's output constraint and the parameter that asked for it (named by any error).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Structured {
     pub param: &'static str,
-    pub grammar: Grammar,
+    pub output: Output,
+}
+
+/// What the output must be.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// Text matching a grammar (`response_format`).
+    Grammar(Grammar),
+    /// One call of one of these functions (`tool_choice`), in the call syntax of the model's
+    /// chat template (known only once the model's tokenizer is at hand, [`tool_grammar`]).
+    ToolCall(Vec<Json>),
 }
 
 /// The grammar of a request: a forced tool call (chat) wins over `response_format`.
@@ -29,38 +41,52 @@ pub fn request_grammar(
         if let Some(functions) = forced_tools(o).filter(|f| !f.is_empty()) {
             return Ok(Some(Structured {
                 param: "tool_choice",
-                grammar: tool_call_grammar(&functions),
+                output: Output::ToolCall(functions),
             }));
         }
     }
     Ok(format.map(|grammar| Structured {
         param: "response_format",
-        grammar,
+        output: Output::Grammar(grammar),
     }))
 }
 
 /// Compiles `s` for the model of `tok` into the state the engine's loops share; a grammar
-/// the engine refuses, or a forced tool call for a template without Hermes calls, is a 400
+/// the engine refuses, or a forced call that the model's call syntax cannot write, is a 400
 /// naming `s.param`. Blocking (the first call builds the token trie).
 pub fn constraint(
     tok: &Arc<Tokenizer>,
     s: &Structured,
 ) -> Result<dspark_engine::constrain::Shared, ValidationError> {
-    if s.param == "tool_choice" && !writes_hermes_calls(tok) {
-        return Err(ValidationError::Unsupported {
-            param: "tool_choice".into(),
-            msg: "forced tool calls are built in the Hermes <tool_call> format; this model's template writes Gemma 4 calls",
-        });
-    }
     let refused = |msg: String| ValidationError::Refused {
         param: s.param.into(),
         msg,
     };
+    let grammar = match &s.output {
+        Output::Grammar(g) => g.clone(),
+        Output::ToolCall(functions) => tool_grammar(tok, functions).map_err(|e| {
+            refused(format!(
+                "forced tool calls are written in Gemma 4 call syntax for this model: {e}"
+            ))
+        })?,
+    };
     let compiler = compiler_for(tok).map_err(refused)?;
     let c = compiler
-        .compile(&s.grammar)
+        .compile(&grammar)
         .map_err(|e| refused(format!("not supported by the grammar engine: {e}")))?;
     Ok(c.into())
+}
+
+/// The grammar of one call of one of `functions` in the call syntax `tok`'s chat template
+/// writes ([`call_syntax`]).
+pub fn tool_grammar(
+    tok: &Tokenizer,
+    functions: &[Json],
+) -> Result<Grammar, crate::structured_gemma4::CallSyntaxError> {
+    Ok(match call_syntax(tok) {
+        CallSyntax::Hermes => tool_call_grammar(functions),
+        CallSyntax::Gemma4 => Grammar::Lark(crate::structured_gemma4::call_grammar(functions)?),
+    })
 }
 
 fn ty(param: &str, expected: &'static str) -> ValidationError {
@@ -167,12 +193,26 @@ pub fn tool_call_grammar(functions: &[Json]) -> Grammar {
     ))
 }
 
-/// Whether forced calls can use the Hermes format for this model: every model's output is
-/// parsed for Hermes calls (`tools.rs`), except that a template writing Gemma 4 calls
-/// (`<|tool_call>`) asks for that format, which is not built here.
-pub fn writes_hermes_calls(tok: &Tokenizer) -> bool {
-    !tok.chat_template()
+/// The call syntaxes `tools.rs` parses, as a forced call is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallSyntax {
+    /// `<tool_call>\n{"name": …, "arguments": {…}}\n</tool_call>` (Qwen3, Hermes).
+    Hermes,
+    /// `<|tool_call>call:NAME{key:value,…}<tool_call|>`.
+    Gemma4,
+}
+
+/// The syntax forced calls take for this model: Gemma 4 where its chat template writes calls
+/// that way (`<|tool_call>`), else Hermes (every model's output is parsed for Hermes calls).
+pub fn call_syntax(tok: &Tokenizer) -> CallSyntax {
+    if tok
+        .chat_template()
         .is_some_and(|t| t.source().contains("<|tool_call>"))
+    {
+        CallSyntax::Gemma4
+    } else {
+        CallSyntax::Hermes
+    }
 }
 
 type Slot = Option<(usize, Arc<Compiler>)>;

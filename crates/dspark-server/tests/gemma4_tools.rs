@@ -12,10 +12,11 @@
 //!   rendered as transformers renders it.
 //!
 //! The engine is the scripted one behind a renderer with the real template, so the prompt the
-//! server builds is observable; no model runs.
+//! server builds is observable; no model runs (forced calls on a real engine:
+//! gemma4_forced_calls.rs).
 
-use std::io::{Read, Write};
-use std::path::PathBuf;
+mod gemma4_common;
+
 use std::sync::{Arc, Mutex};
 
 use dspark_engine::chat_template::{ChatOptions, ChatTemplate};
@@ -26,7 +27,7 @@ use dspark_engine::EngineError;
 use dspark_server::engine::Engine;
 use dspark_server::scripted::{Rule, Script, ScriptedEngine};
 use dspark_server::tools::parse_all;
-use dspark_server::{app, AppState, ServerConfig};
+use gemma4_common::{post, post_to, serve_engine, streamed_calls, template};
 use serde_json::{json, Value as Json};
 
 fn golden() -> Json {
@@ -44,20 +45,6 @@ fn case<'a>(g: &'a Json, name: &str) -> &'a Json {
         .iter()
         .find(|c| c["name"] == name)
         .unwrap_or_else(|| panic!("no golden case {name}"))
-}
-
-fn template() -> ChatTemplate {
-    let base = std::env::var_os("DSPARK_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/dspark"));
-    let p = base.join("artefacts/gemma4/google-gemma-4-31B-it.jinja");
-    let src = std::fs::read_to_string(&p).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}: run `bash scripts/fetch-artefacts.sh` first",
-            p.display()
-        )
-    });
-    ChatTemplate::new(&src, Some("<bos>".into()), Some("<eos>".into())).unwrap()
 }
 
 fn options(case: &Json) -> ChatOptions {
@@ -162,7 +149,6 @@ impl Engine for Templated {
     }
 }
 
-/// One chat completion over a fresh connection: (status, body), chunked bodies joined.
 /// A real server on a loopback port over `script` behind the real template; stop it by
 /// sending on the returned channel and awaiting the handle.
 async fn serve(
@@ -178,75 +164,8 @@ async fn serve(
         tmpl: template(),
         prompts: Mutex::default(),
     });
-    let router = app(AppState::new(engine.clone(), ServerConfig::new("gemma-4")));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(dspark_server::serve(listener, router, async {
-        let _ = stop_rx.await;
-    }));
+    let (addr, stop_tx, server) = serve_engine(engine.clone()).await;
     (engine, addr, stop_tx, server)
-}
-
-fn post(addr: std::net::SocketAddr, body: &Json) -> (u16, String) {
-    post_to(addr, "/v1/chat/completions", body)
-}
-
-/// One HTTP/1.1 POST to `path` over a fresh connection: (status, body), chunked bodies joined.
-fn post_to(addr: std::net::SocketAddr, path: &str, body: &Json) -> (u16, String) {
-    let body = body.to_string();
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let raw = String::from_utf8(raw).unwrap();
-    let (head, rest) = raw.split_once("\r\n\r\n").unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    if !head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        return (status, rest.to_owned());
-    }
-    let (mut body, mut rest) = (String::new(), rest);
-    loop {
-        let (size, after) = rest.split_once("\r\n").unwrap();
-        let n = usize::from_str_radix(size.trim(), 16).unwrap();
-        if n == 0 {
-            return (status, body);
-        }
-        body.push_str(&after[..n]);
-        rest = &after[n + 2..];
-    }
-}
-
-/// The streamed chunks' tool calls, reassembled (each arrives whole), and the finish reason.
-fn streamed_calls(sse: &str) -> (Vec<Json>, String) {
-    let mut calls = Vec::new();
-    let mut finish = String::new();
-    for data in sse.lines().filter_map(|l| l.strip_prefix("data: ")) {
-        if data == "[DONE]" {
-            continue;
-        }
-        let chunk: Json = serde_json::from_str(data).unwrap();
-        let choice = &chunk["choices"][0];
-        calls.extend(
-            choice["delta"]["tool_calls"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .cloned(),
-        );
-        if let Some(f) = choice["finish_reason"].as_str() {
-            finish = f.to_owned();
-        }
-    }
-    (calls, finish)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -459,7 +459,7 @@ mod tests {
 
     #[test]
     fn response_format_becomes_a_grammar() {
-        use crate::structured::Structured;
+        use crate::structured::{Output, Structured};
         use dspark_engine::constrain::Grammar;
         let m = json!([{"role": "user", "content": "hi"}]);
         let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
@@ -480,7 +480,7 @@ mod tests {
                 let r = check(body, kind).unwrap();
                 let want = Structured {
                     param: "response_format",
-                    grammar: g.clone(),
+                    output: Output::Grammar(g.clone()),
                 };
                 assert_eq!(r.grammar, Some(want));
             }
