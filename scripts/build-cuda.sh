@@ -12,21 +12,23 @@
 # - The build runs in a shadow copy of the sources (target/cuda-src/ws, synced by content, so a
 #   rebuild recompiles only what changed), so the repository's Cargo.lock and target/ lock are
 #   never touched.
-# Usage: scripts/build-cuda.sh [--check] [--no-pack] [--rev COMMIT]
+# Usage: scripts/build-cuda.sh [--check|--clippy] [--no-pack] [--rev COMMIT]
 #   --rev     build a commit (git archive) instead of the working tree (tracked files plus
 #             untracked ones that git does not ignore: what the device tool carries)
 #   (default) build -> target/cuda/release/dspark + target/cuda/bin/{dspark,golden_tiny,...},
 #             and pack them into target/cuda/carry/cuda-bins.tar.xz (strip + one solid xz).
 #   --check   only `cargo check` the cuda features of the engine, CLI and tests (what CI runs).
+#   --clippy  the same selection through `cargo clippy -- -D warnings`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MODE=build PACK=1 REV=
+MODE=build PACK=1 REV= LINT=0
 while [ $# -gt 0 ]; do
   case $1 in
     --check) MODE=check ;;
+    --clippy) MODE=check; LINT=1 ;;
     --no-pack) PACK=0 ;;
     --rev) REV=$2; shift ;;
-    *) echo "usage: $0 [--check] [--no-pack] [--rev COMMIT]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--check|--clippy] [--no-pack] [--rev COMMIT]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -130,8 +132,13 @@ fn main() {
 open(f"{d}/stub", "w").write("")
 EOF
   fi
-  cargo check "${CFG[@]}" --config "patch.crates-io.candle-kernels.path=\"$KDST\"" "${FEAT[@]}" \
-    --lib --bin dspark --test golden_tiny --test spec_greedy --test spec_golden --test batch_invariance
+  SEL=(--lib --bin dspark --test golden_tiny --test spec_greedy --test spec_golden --test batch_invariance)
+  if [ $LINT = 1 ]; then
+    cargo clippy "${CFG[@]}" --config "patch.crates-io.candle-kernels.path=\"$KDST\"" "${FEAT[@]}" \
+      "${SEL[@]}" -- -D warnings
+  else
+    cargo check "${CFG[@]}" --config "patch.crates-io.candle-kernels.path=\"$KDST\"" "${FEAT[@]}" "${SEL[@]}"
+  fi
   exit 0
 fi
 # one cargo run for the CLI and the three test binaries, so every crate is built once

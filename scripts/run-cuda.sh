@@ -7,7 +7,8 @@
 # forced-tau spec runs, a per-op profile; with --hf, HF transformers on the same checkpoint
 # (scripts/bench/hf_cuda_decode.py; needs no binaries).
 # Usage: scripts/run-cuda.sh [--no-tests] [--q8b] [--hf] [--profile] [PACK]
-#   --profile: only the per-op profile run of --q8b (baseline and DFlash oracle rounds)
+#   --profile: only the per-op profile runs of --q8b (baseline and DFlash oracle rounds synced
+#            per op; then the baseline's host enqueue time per op)
 #   --vs-hf: dspark's baseline decode and HF transformers (static cache, then torch.compile
 #            reduce-overhead) on the same checkpoint and ids at 1024 and 8192 context, one call
 #   (PACK: default target/cuda/carry/cuda-bins.tar.xz)
@@ -128,7 +129,9 @@ if [ $Q8B = 1 ] || [ $PROF = 1 ]; then
   # where a decode step's and a spec round's time goes: per-op wall time, the device synced at
   # each op's ends (baseline, then DFlash-shaped oracle rounds at tau 6.5)
   python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))[:1]))' $M/prompt_ids.json >/tmp/one.json
-  export DSPARK_PROFILE=1
-  q $B --prompt-ids /tmp/one.json --mode dflash --drafter $M/dflash-b16 --baseline-only \
+  DSPARK_PROFILE=1 q $B --prompt-ids /tmp/one.json --mode dflash --drafter $M/dflash-b16 --baseline-only \
     --oracle-tau 6.5 --max-tokens 64 --out "$LOG/bench_q8b_profile.json"
+  # the host's time to enqueue each op (no waits; to_host then holds the wait for the device)
+  DSPARK_PROFILE=host q $B --prompt-ids /tmp/one.json --mode baseline --max-tokens 64 \
+    --out "$LOG/bench_q8b_host_profile.json"
 fi

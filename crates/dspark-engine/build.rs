@@ -1,4 +1,4 @@
-//! Compiles our CUDA kernels (`src/backend/cuda/kernels.cu`) to PTX when the `cuda` feature is
+//! Compiles our CUDA kernels (`src/backend/cuda/kernels.cu` and the headers it includes) to PTX when the `cuda` feature is
 //! on. nvcc comes from `$NVCC`, `$CUDA_HOME/bin` or `PATH` (scripts/build-cuda.sh puts the CUDA
 //! 13.0 wheels' nvcc there); the target is `sm_$CUDA_COMPUTE_CAP` (default 90, the H200).
 //! `DSPARK_PTX_STUB=1` writes an empty module instead (the kernels then refuse to load).
@@ -8,7 +8,16 @@ use std::process::Command;
 
 fn main() {
     const SRC: &str = "src/backend/cuda/kernels.cu";
-    println!("cargo:rerun-if-changed={SRC}");
+    // kernels.cu includes the family headers beside it (a new header also changes kernels.cu)
+    for e in std::fs::read_dir("src/backend/cuda")
+        .expect("src/backend/cuda")
+        .flatten()
+    {
+        let p = e.path();
+        if matches!(p.extension().and_then(|x| x.to_str()), Some("cu" | "cuh")) {
+            println!("cargo:rerun-if-changed={}", p.display());
+        }
+    }
     for v in ["DSPARK_PTX_STUB", "NVCC", "CUDA_HOME", "CUDA_COMPUTE_CAP"] {
         println!("cargo:rerun-if-env-changed={v}");
     }

@@ -156,10 +156,48 @@ pub trait Backend: Clone + Send + 'static {
         })
     }
     fn embedding(&self, table: &Self::Tensor, ids: &Self::Tensor) -> BResult<Self::Tensor>;
+    /// [`Backend::embedding`] of host ids shaped `shape`; a backend may check them on the host
+    /// instead of reading a device tensor back.
+    fn embedding_ids(
+        &self,
+        table: &Self::Tensor,
+        ids: &[u32],
+        shape: &[usize],
+    ) -> BResult<Self::Tensor> {
+        self.embedding(table, &self.from_u32(ids, shape)?)
+    }
     fn rms_norm(&self, x: &Self::Tensor, w: &Self::Tensor, eps: f32) -> BResult<Self::Tensor>;
+    /// `(x + r, rms_norm(x + r) · w)`: a residual add and the norm after it (backends may fuse
+    /// them; the sum is what [`Backend::add`] would give).
+    fn add_rms_norm(
+        &self,
+        x: &Self::Tensor,
+        r: &Self::Tensor,
+        w: &Self::Tensor,
+        eps: f32,
+    ) -> BResult<(Self::Tensor, Self::Tensor)> {
+        let s = self.add(x, r)?;
+        let n = self.rms_norm(&s, w, eps)?;
+        Ok((s, n))
+    }
     fn rope_prepare(&self, spec: &RopeSpec, max_positions: usize) -> BResult<Self::Rope>;
     /// Rotates `x[b, h, L, d]` for absolute positions `start..start + L`.
     fn rope(&self, x: &Self::Tensor, rope: &Self::Rope, start: usize) -> BResult<Self::Tensor>;
+    /// Heads `y[b, L, h, d]` -> `[b, h, L, d]`, RMS-normed per head by `norm` (weight, eps) when
+    /// given, then rotated for positions `start..` (backends may do it in one pass).
+    fn norm_rope(
+        &self,
+        y: Self::Tensor,
+        norm: Option<(&Self::Tensor, f32)>,
+        rope: &Self::Rope,
+        start: usize,
+    ) -> BResult<Self::Tensor> {
+        let y = match norm {
+            Some((w, eps)) => self.rms_norm(&y, w, eps)?,
+            None => y,
+        };
+        self.rope(&self.transpose(&y, 1, 2)?, rope, start)
+    }
     /// Scaled dot-product attention with grouped-query heads (`hq % hkv == 0`).
     fn attention(
         &self,

@@ -2,7 +2,8 @@
 //! per-op table. The candle CPU backend is eager, so each op's span is its own cost; an
 //! asynchronous device (CUDA) installs [`set_sync`], so that a span waits for the device at
 //! both ends and charges each op its own kernels' time (the waits slow the run down: a
-//! profile, not a speed measurement).
+//! profile, not a speed measurement). `DSPARK_PROFILE=host` skips the waits: each span is then
+//! the host's time to enqueue the op, which says whether a step is bound by the host.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
@@ -19,6 +20,12 @@ pub fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("DSPARK_PROFILE").is_ok_and(|v| v != "0" && !v.is_empty()))
 }
 
+/// Whether spans wait for the device (`DSPARK_PROFILE` other than `host`).
+fn synced() -> bool {
+    static S: OnceLock<bool> = OnceLock::new();
+    *S.get_or_init(|| std::env::var("DSPARK_PROFILE").map_or(true, |v| v != "host"))
+}
+
 type SyncFn = Box<dyn Fn() + Send + Sync>;
 
 fn sync_hook() -> &'static OnceLock<SyncFn> {
@@ -32,6 +39,9 @@ pub fn set_sync(f: SyncFn) {
 }
 
 fn sync() {
+    if !synced() {
+        return;
+    }
     if let Some(f) = sync_hook().get() {
         f();
     }

@@ -117,7 +117,7 @@ impl<B: Backend> DSpark<B> {
     fn markov_bias(&self, b: &B, prev: u32) -> Result<Option<Vec<f32>>, EngineError> {
         match (&self.markov_w1, &self.markov_w2) {
             (Some(w1), Some(w2)) => {
-                let e = b.embedding(w1, &b.from_u32(&[prev], &[1])?)?;
+                let e = b.embedding_ids(w1, &[prev], &[1])?;
                 Ok(Some(b.to_f32_vec(&b.matmul(&e, w2)?)?))
             }
             _ => Ok(None),
@@ -138,7 +138,7 @@ impl<B: Backend> DSpark<B> {
         let h = b.reshape(hidden, &[n, self.net.cfg.hidden_size])?;
         let input = match (&self.markov_w1, c.with_markov) {
             (Some(w1), true) => {
-                let e = b.embedding(w1, &b.from_u32(prevs, &[n])?)?;
+                let e = b.embedding_ids(w1, prevs, &[n])?;
                 b.concat(&[&h, &e], 1)?
             }
             _ => h,
@@ -190,10 +190,9 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
         let g = self.net.cfg.block_size;
         let mut block = vec![self.net.cfg.mask_token_id; g];
         block[0] = pending;
-        let ids = b.from_u32(&block, &[1, g])?;
         let x = match &self.embed {
             Some(e) => {
-                let x = b.embedding(e, &ids)?;
+                let x = b.embedding_ids(e, &block, &[1, g])?;
                 match &self.net.cfg.gemma {
                     // Gemma scales its own table by sqrt(H); the target's embed() already does
                     Some(_) => b.scale(&x, GemmaSpec::embed_scale(self.net.cfg.hidden_size))?,

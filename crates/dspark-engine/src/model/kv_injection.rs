@@ -280,8 +280,12 @@ impl<B: Backend> KvInjectionNet<B> {
         let b = &self.backend;
         let pos = self.ctx.len();
         let mut x = x.clone();
+        let mut xn_next = None;
         for (i, layer) in self.layers.iter().enumerate() {
-            let xn = layer.input_norm(b, &x)?;
+            let xn = match xn_next.take() {
+                Some(xn) => xn,
+                None => layer.input_norm(b, &x)?,
+            };
             let (q, bk, bv) = layer.queries_keys_values(b, &xn, &self.rope, pos)?;
             let (k, v) = match self.ctx.layer_view(b, i)? {
                 Some((ck, cv)) => (b.concat(&[&ck, &bk], 2)?, b.concat(&[&cv, &bv], 2)?),
@@ -295,8 +299,8 @@ impl<B: Backend> KvInjectionNet<B> {
                 None => AttnMask::None,
             };
             let a = layer.attend(b, &q, &k, &v, mask)?;
-            let h = layer.attn_residual(b, &x, &a)?;
-            x = layer.mlp_residual(b, &h)?;
+            let (h, hn) = layer.attn_residual(b, &x, &a)?;
+            (x, xn_next) = layer.mlp_residual(b, &h, &hn, self.layers.get(i + 1))?;
         }
         b.rms_norm(&x, &self.norm, self.cfg.rms_norm_eps)
     }

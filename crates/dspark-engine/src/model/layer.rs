@@ -279,6 +279,29 @@ impl<B: Backend> DecoderLayer<B> {
         b.transpose(&y, 1, 2)
     }
 
+    /// [`Self::heads`] of keys or queries, rotated for positions `start..` (the per-head norm
+    /// and the rotation in one backend op).
+    #[allow(clippy::too_many_arguments)]
+    fn heads_roped(
+        &self,
+        b: &B,
+        y: B::Tensor,
+        bias: &Option<B::Tensor>,
+        n_heads: usize,
+        norm: &Option<B::Tensor>,
+        rope: &B::Rope,
+        start: usize,
+    ) -> BResult<B::Tensor> {
+        let dims = b.dims(&y);
+        let (bs, l) = (dims[0], dims[1]);
+        let mut y = y;
+        if let Some(bias) = bias {
+            y = b.add(&y, bias)?;
+        }
+        let y = b.reshape(&y, &[bs, l, n_heads, self.shape.head_dim])?;
+        b.norm_rope(y, norm.as_ref().map(|w| (w, self.shape.eps)), rope, start)
+    }
+
     fn project<const N: usize>(
         &self,
         b: &B,
@@ -299,9 +322,10 @@ impl<B: Backend> DecoderLayer<B> {
         start: usize,
     ) -> BResult<(B::Tensor, B::Tensor, B::Tensor)> {
         let [yq, yk, yv] = self.project(b, xn, [0, 1, self.v_index()])?;
-        let q = self.heads(b, yq, &self.q_bias, self.shape.heads, &self.q_norm)?;
+        let (h, qn) = (self.shape.heads, &self.q_norm);
+        let q = self.heads_roped(b, yq, &self.q_bias, h, qn, rope, start)?;
         let (k, v) = self.finish_kv(b, yk, yv, rope, start)?;
-        Ok((b.rope(&q, rope, start)?, k, v))
+        Ok((q, k, v))
     }
 
     fn finish_kv(
@@ -312,8 +336,8 @@ impl<B: Backend> DecoderLayer<B> {
         rope: &B::Rope,
         start: usize,
     ) -> BResult<(B::Tensor, B::Tensor)> {
-        let k = self.heads(b, yk, &self.k_bias, self.shape.kv_heads, &self.k_norm)?;
-        let k = b.rope(&k, rope, start)?;
+        let (h, kn) = (self.shape.kv_heads, &self.k_norm);
+        let k = self.heads_roped(b, yk, &self.k_bias, h, kn, rope, start)?;
         let v = self.heads(b, yv, &self.v_bias, self.shape.kv_heads, &self.v_norm)?;
         Ok((k, v))
     }
@@ -360,35 +384,58 @@ impl<B: Backend> DecoderLayer<B> {
         b.matmul(&o, &self.o)
     }
 
-    /// The attention half's residual: `x + a` (Gemma: `x + norm(a)`).
-    pub fn attn_residual(&self, b: &B, x: &B::Tensor, a: &B::Tensor) -> BResult<B::Tensor> {
+    /// The attention half's residual `h = x + a` (Gemma: `x + norm(a)`) and the MLP's input
+    /// norm of it, `(h, norm(h))` (one fused op where the backend has it).
+    pub fn attn_residual(
+        &self,
+        b: &B,
+        x: &B::Tensor,
+        a: &B::Tensor,
+    ) -> BResult<(B::Tensor, B::Tensor)> {
+        let eps = self.shape.eps;
         match &self.post_attn_norm {
-            Some(w) => b.add(x, &b.rms_norm(a, w, self.shape.eps)?),
-            None => b.add(x, a),
+            Some(w) => b.add_rms_norm(x, &b.rms_norm(a, w, eps)?, &self.post_norm, eps),
+            None => b.add_rms_norm(x, a, &self.post_norm, eps),
         }
     }
 
-    /// Residual MLP half of the layer: `x + mlp(norm(x))` (Gemma: `x + norm(mlp(norm(x)))`
-    /// with a GELU-tanh gate).
-    pub fn mlp_residual(&self, b: &B, x: &B::Tensor) -> BResult<B::Tensor> {
-        let xn = b.rms_norm(x, &self.post_norm, self.shape.eps)?;
+    /// Residual MLP half of the layer: `x + mlp(xn)` with `xn = norm(x)` from
+    /// [`Self::attn_residual`] (Gemma: `x + norm(mlp(xn))` with a GELU-tanh gate). With `next`,
+    /// the next layer's input norm is applied too and returned (fused with the add where the
+    /// backend can, and when no layer scalar comes between them).
+    pub fn mlp_residual(
+        &self,
+        b: &B,
+        x: &B::Tensor,
+        xn: &B::Tensor,
+        next: Option<&Self>,
+    ) -> BResult<(B::Tensor, Option<B::Tensor>)> {
         let [g, u]: [B::Tensor; 2] = self
             .gate_up
-            .apply(b, &xn, &[0, 1])?
+            .apply(b, xn, &[0, 1])?
             .try_into()
             .unwrap_or_else(|_| unreachable!("two outputs"));
         let act = match self.shape.gemma {
             Some(_) => b.mul(&b.gelu_tanh(&g)?, &u)?,
             None => b.swiglu(&g, &u)?,
         };
-        let y = b.matmul(&act, &self.down)?;
-        let out = match &self.post_ff_norm {
-            Some(w) => b.add(x, &b.rms_norm(&y, w, self.shape.eps)?)?,
-            None => b.add(x, &y)?,
-        };
-        match self.layer_scalar {
-            Some(s) => b.scale(&out, s),
-            None => Ok(out),
+        let mut y = b.matmul(&act, &self.down)?;
+        if let Some(w) = &self.post_ff_norm {
+            y = b.rms_norm(&y, w, self.shape.eps)?;
+        }
+        match (self.layer_scalar, next) {
+            (None, Some(n)) => {
+                let (out, on) = b.add_rms_norm(x, &y, &n.input_norm, n.shape.eps)?;
+                Ok((out, Some(on)))
+            }
+            (scalar, next) => {
+                let mut out = b.add(x, &y)?;
+                if let Some(s) = scalar {
+                    out = b.scale(&out, s)?;
+                }
+                let on = next.map(|n| n.input_norm(b, &out)).transpose()?;
+                Ok((out, on))
+            }
         }
     }
 }

@@ -157,10 +157,7 @@ impl<B: Backend> Transformer<B> {
         let b = &self.backend;
         let x = match &self.embed {
             None => b.gather_rows(&self.lm_head, ids)?,
-            Some(table) => {
-                let t = b.from_u32(ids, &[1, ids.len()])?;
-                b.embedding(table, &t)?
-            }
+            Some(table) => b.embedding_ids(table, ids, &[1, ids.len()])?,
         };
         match &self.cfg.gemma {
             Some(_) => b.scale(&x, GemmaSpec::embed_scale(self.cfg.hidden_size)),
@@ -272,16 +269,21 @@ impl<B: Backend> Transformer<B> {
         let start = cache.len();
         let mut x = self.embed(ids)?;
         let mut tapped = Vec::with_capacity(taps.len());
+        // the next layer's input norm, when the previous layer fused it with its residual add
+        let mut xn_next = None;
         for (i, layer) in self.layers.iter().enumerate() {
-            let xn = layer.input_norm(b, &x)?;
+            let xn = match xn_next.take() {
+                Some(xn) => xn,
+                None => layer.input_norm(b, &x)?,
+            };
             let rope = self.layer_rope(i);
             let (q, k, v) = layer.queries_keys_values(b, &xn, rope, start)?;
             let (ka, va) = cache.append(b, i, &k, &v)?;
             // the keys start at the layer's base (sliding layers drop old positions)
             let mask = self.layer_mask(i, start - cache.layer_base(i));
             let a = layer.attend(b, &q, &ka, &va, mask)?;
-            let h = layer.attn_residual(b, &x, &a)?;
-            x = layer.mlp_residual(b, &h)?;
+            let (h, hn) = layer.attn_residual(b, &x, &a)?;
+            (x, xn_next) = layer.mlp_residual(b, &h, &hn, self.layers.get(i + 1))?;
             if taps.contains(&i) {
                 tapped.push((i, x.clone()));
             }

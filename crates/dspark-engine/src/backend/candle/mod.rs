@@ -3,6 +3,8 @@
 //! (decode and verify) and attention run on our own batch-invariant kernels (`backend/cpu/`);
 //! on CUDA the same holds with `backend/cuda/` (few-row GEMM, attention in place, argmax).
 
+#[cfg(feature = "cuda")]
+mod cuda_rows;
 mod linear;
 
 use candle_core::{DType as CDType, Device, Tensor, D};
@@ -229,11 +231,11 @@ impl CandleBackend {
 }
 
 pub struct CandleRope {
-    cos: Tensor,
-    sin: Tensor,
+    pub(super) cos: Tensor,
+    pub(super) sin: Tensor,
     /// The f32 tables on the host, for our CPU kernel.
     host: Option<(Vec<f32>, Vec<f32>)>,
-    style: RopeStyle,
+    pub(super) style: RopeStyle,
     max: usize,
 }
 
@@ -363,31 +365,50 @@ impl Backend for CandleBackend {
 
     fn embedding(&self, table: &Tensor, ids: &Tensor) -> BResult<Tensor> {
         let _p = profile::span("embedding");
-        let mut dims = ids.dims().to_vec();
-        dims.push(table.dim(1).map_err(err)?);
-        let n = ids.elem_count();
-        let vocab = table.dim(0).map_err(err)?;
         // bounds-check on the host: an id past the table is an error, not garbage
         let host = ids
             .flatten_all()
             .and_then(|t| t.to_vec1::<u32>())
             .map_err(err)?;
-        if let Some(bad) = host.iter().find(|&&i| i as usize >= vocab) {
-            return Err(err(candle_core::Error::Msg(format!(
-                "token id {bad} is outside the vocabulary of {vocab}"
-            ))));
-        }
-        let _ = n;
-        table
-            .index_select(&ids.flatten_all().map_err(err)?, 0)
-            .and_then(|t| t.reshape(dims))
-            .map_err(err)
+        check_ids(table, &host)?;
+        gather(table, ids)
+    }
+
+    fn embedding_ids(&self, table: &Tensor, ids: &[u32], shape: &[usize]) -> BResult<Tensor> {
+        let _p = profile::span("embedding");
+        check_ids(table, ids)?;
+        gather(table, &self.from_u32(ids, shape)?)
     }
 
     fn rms_norm(&self, x: &Tensor, w: &Tensor, eps: f32) -> BResult<Tensor> {
         let _p = profile::span("rms_norm");
+        #[cfg(feature = "cuda")]
+        if let Some(y) = self.cuda_rms_norm(x, None, w, eps) {
+            return y;
+        }
         let x = x.contiguous().map_err(err)?;
         candle_nn::ops::rms_norm(&x, w, eps).map_err(err)
+    }
+
+    fn add_rms_norm(
+        &self,
+        x: &Tensor,
+        r: &Tensor,
+        w: &Tensor,
+        eps: f32,
+    ) -> BResult<(Tensor, Tensor)> {
+        #[cfg(feature = "cuda")]
+        {
+            let _p = profile::span("add_rms_norm");
+            if let Some(sn) = self.cuda_rms_norm(x, Some(r), w, eps) {
+                let sn = sn?;
+                let part = |i| sn.get(i).map_err(err);
+                return Ok((part(0)?, part(1)?));
+            }
+        }
+        let s = self.add(x, r)?;
+        let n = self.rms_norm(&s, w, eps)?;
+        Ok((s, n))
     }
 
     fn rope_prepare(&self, spec: &RopeSpec, max_positions: usize) -> BResult<CandleRope> {
@@ -446,6 +467,24 @@ impl Backend for CandleBackend {
             RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&x, &cos, &sin),
         }
         .map_err(err)
+    }
+
+    fn norm_rope(
+        &self,
+        y: Tensor,
+        norm: Option<(&Tensor, f32)>,
+        rope: &CandleRope,
+        start: usize,
+    ) -> BResult<Tensor> {
+        #[cfg(feature = "cuda")]
+        if let Some(out) = self.cuda_norm_rope(&y, norm, rope, start) {
+            return out;
+        }
+        let y = match norm {
+            Some((w, eps)) => self.rms_norm(&y, w, eps)?,
+            None => y,
+        };
+        self.rope(&self.transpose(&y, 1, 2)?, rope, start)
     }
 
     fn attention(
@@ -643,6 +682,27 @@ impl Backend for CandleBackend {
         dst.slice_set(&src, dim, offset).map_err(err)?;
         Ok(dst.clone())
     }
+}
+
+/// An error naming the first id of `ids` past `table`'s rows.
+fn check_ids(table: &Tensor, ids: &[u32]) -> BResult<()> {
+    let vocab = table.dim(0).map_err(err)?;
+    match ids.iter().find(|&&i| i as usize >= vocab) {
+        Some(bad) => Err(err(candle_core::Error::Msg(format!(
+            "token id {bad} is outside the vocabulary of {vocab}"
+        )))),
+        None => Ok(()),
+    }
+}
+
+/// Rows `ids` (checked) of `table`, shaped `[ids.., H]`.
+fn gather(table: &Tensor, ids: &Tensor) -> BResult<Tensor> {
+    let mut dims = ids.dims().to_vec();
+    dims.push(table.dim(1).map_err(err)?);
+    table
+        .index_select(&ids.flatten_all().map_err(err)?, 0)
+        .and_then(|t| t.reshape(dims))
+        .map_err(err)
 }
 
 /// The dtypes our CUDA kernels take.

@@ -1,0 +1,61 @@
+//! The candle backend's glue to our CUDA row kernels (`backend/cuda/rows.rs`, `rope.rs`):
+//! RMSNorm alone or after a residual add, and per-head norm + rotary, when dtype and layout fit;
+//! `None` sends the caller to candle's own ops.
+
+use candle_core::Tensor;
+
+use super::{cuda_dtype, cuda_ops, err, profile, CandleBackend, CandleRope};
+use crate::backend::{BResult, RopeStyle};
+
+impl CandleBackend {
+    /// `rms_norm(x) · w`, or with `r` the stacked `[2, ..]` of `x + r` and its norm.
+    pub(super) fn cuda_rms_norm(
+        &self,
+        x: &Tensor,
+        r: Option<&Tensor>,
+        w: &Tensor,
+        eps: f32,
+    ) -> Option<BResult<Tensor>> {
+        let dt = x.dtype();
+        let rows = |t: &Tensor| cuda_ops::row_levels(t.layout()).is_some();
+        let fits = self.cuda_kernels()
+            && cuda_dtype(dt)
+            && w.dtype() == dt
+            && w.rank() == 1
+            && w.is_contiguous()
+            && rows(x)
+            && r.is_none_or(|r| r.dtype() == dt && r.dims() == x.dims() && rows(r));
+        if !fits {
+            return None;
+        }
+        Some(
+            match r {
+                None => x.apply_op2_no_bwd(w, &cuda_ops::RmsNorm { eps }),
+                Some(r) => x.apply_op3_no_bwd(r, w, &cuda_ops::AddRmsNorm { eps }),
+            }
+            .map_err(err),
+        )
+    }
+
+    /// [`crate::backend::Backend::norm_rope`] in one launch.
+    pub(super) fn cuda_norm_rope(
+        &self,
+        y: &Tensor,
+        norm: Option<(&Tensor, f32)>,
+        rope: &CandleRope,
+        start: usize,
+    ) -> Option<BResult<Tensor>> {
+        let op = cuda_ops::NormRope {
+            norm,
+            cos: &rope.cos,
+            sin: &rope.sin,
+            start,
+            interleaved: matches!(rope.style, RopeStyle::Interleaved),
+        };
+        if !self.cuda_kernels() || !op.fits(y) {
+            return None;
+        }
+        let _p = profile::span("norm_rope");
+        Some(y.apply_op1_no_bwd(&op).map_err(err))
+    }
+}

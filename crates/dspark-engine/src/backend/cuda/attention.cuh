@@ -1,0 +1,195 @@
+// Attention over the KV cache in place, one query row and head per block (f32 and bf16, any
+// head size that is a multiple of 16 up to 256), and the combine of its key splits.
+#pragma once
+#include "common.cuh"
+
+#define SPLIT 128
+#define KEYS_PER_WARP 32
+#define ATT_WARPS 4
+#define HEAD_MAX 256
+
+// Attention over the cache in place. Row i of the query block sits at cache row p = off + i and
+// sees keys [lo, hi]: causal lo = 0, hi = p; sliding lo = p - window + 1; none: all lk keys.
+// Split s covers keys [128 s, 128 s + 128); a block computes one (split, head, row): each of its
+// 4 warps scores 32 keys, takes their max and sum of exponentials, and accumulates values key
+// by key; the warps then merge in order. The combine kernel merges the splits in order.
+struct AttnArgs {
+    long q_b, q_h, q_r;  // strides (elements) of q over batch, head, row; inner stride 1
+    long k_b, k_h, k_r;
+    long v_b, v_h, v_r;
+    int hq, hkv, lq, lk, d, kind, off, window, splits, vec;
+    float scale;
+};
+
+__device__ __forceinline__ void visible(const AttnArgs& a, int i, int& lo, int& hi) {
+    if (a.kind == 0) { lo = 0; hi = a.lk - 1; return; }
+    const int p = a.off + i;
+    hi = min(p, a.lk - 1);
+    lo = (a.kind == 2) ? max(0, p - a.window + 1) : 0;
+}
+
+// Sixteen consecutive values of a row as floats (two 16-byte loads for bf16 when aligned).
+__device__ __forceinline__ void load16(const float* p, bool vec, float o[16]) {
+    if (vec) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            const float4 v = *reinterpret_cast<const float4*>(p + 4 * c);
+            o[4 * c] = v.x; o[4 * c + 1] = v.y; o[4 * c + 2] = v.z; o[4 * c + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < 16; ++e) o[e] = p[e];
+    }
+}
+__device__ __forceinline__ void load16(const __nv_bfloat16* p, bool vec, float o[16]) {
+    if (vec) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const uint4 v = *reinterpret_cast<const uint4*>(p + 8 * c);
+            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const __nv_bfloat162 h = *reinterpret_cast<const __nv_bfloat162*>(&w[e]);
+                o[8 * c + 2 * e] = __low2float(h);
+                o[8 * c + 2 * e + 1] = __high2float(h);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < 16; ++e) o[e] = __bfloat162float(p[e]);
+    }
+}
+
+// One (split, head, row) per block, 4 warps of 32 keys. Scores: LPK = d / 16 lanes share a key
+// (16 dims each, summed over the group in a fixed butterfly), 32 / LPK keys per step, so the
+// loads of a warp's keys are in flight together. Values: lane l owns dims l, l + 32, ...,
+// adding the visible keys in order. scratch per (row, head, split): [m, l, acc[d]] f32.
+template <typename T, int LPK>
+__device__ void attn_split(const T* __restrict__ q, const T* __restrict__ k,
+                           const T* __restrict__ v, float* __restrict__ scratch, AttnArgs a) {
+    __shared__ float sc[ATT_WARPS][KEYS_PER_WARP];
+    __shared__ float wm[ATT_WARPS], wl[ATT_WARPS];
+    __shared__ float wacc[ATT_WARPS][HEAD_MAX];
+    constexpr int KPS = 32 / LPK;
+    const int s = blockIdx.x, h = blockIdx.y, bi = blockIdx.z / a.lq, i = blockIdx.z % a.lq;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int kvh = h / (a.hq / a.hkv);
+    int lo, hi;
+    visible(a, i, lo, hi);
+    const long out = (((long)bi * a.lq + i) * a.hq + h) * a.splits + s;
+    float* dst = scratch + out * (a.d + 2);
+    const int s_lo = max(lo, s * SPLIT), s_hi = min(hi, s * SPLIT + SPLIT - 1);
+    if (s_lo > s_hi) {
+        if (threadIdx.x == 0) { dst[0] = -INFINITY; dst[1] = 0.f; }
+        return;
+    }
+    const T* kbase = k + bi * a.k_b + kvh * a.k_h;
+    const T* vbase = v + bi * a.v_b + kvh * a.v_h;
+    const int sub = lane % LPK, slot = lane / LPK;
+    float qv[16];
+    load16(q + bi * a.q_b + h * a.q_h + i * a.q_r + 16 * sub, a.vec != 0, qv);
+    const int w0 = s * SPLIT + warp * KEYS_PER_WARP;
+    const int j_lo = max(0, s_lo - w0), j_hi = min(KEYS_PER_WARP - 1, s_hi - w0);
+#pragma unroll
+    for (int j0 = 0; j0 < KEYS_PER_WARP; j0 += KPS) {
+        const int j = j0 + slot;
+        const bool in = j >= j_lo && j <= j_hi;
+        float part = 0.f;
+        if (in) {
+            float kv[16];
+            load16(kbase + (long)(w0 + j) * a.k_r + 16 * sub, a.vec != 0, kv);
+#pragma unroll
+            for (int e = 0; e < 16; ++e) part = fmaf(qv[e], kv[e], part);
+        }
+#pragma unroll
+        for (int o = LPK / 2; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+        if (sub == 0) sc[warp][j] = in ? part * a.scale : -INFINITY;
+    }
+    __syncwarp();
+    const float mine = sc[warp][lane];
+    const float m = warp_max(mine);
+    constexpr int E = HEAD_MAX / 32;
+    float acc[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[e] = 0.f;
+    float l = 0.f;
+    if (m > -INFINITY) {
+        l = warp_sum(mine > -INFINITY ? expf(mine - m) : 0.f);
+#pragma unroll 4
+        for (int j = j_lo; j <= j_hi; ++j) {
+            const float p = expf(sc[warp][j] - m);
+            const T* vr = vbase + (long)(w0 + j) * a.v_r;
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                const int dd = lane + 32 * e;
+                if (dd < a.d) acc[e] = fmaf(p, to_f(vr[dd]), acc[e]);
+            }
+        }
+    }
+    if (lane == 0) { wm[warp] = m; wl[warp] = l; }
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int dd = lane + 32 * e;
+        if (dd < a.d) wacc[warp][dd] = acc[e];
+    }
+    __syncthreads();
+    float mm = -INFINITY;
+    for (int w = 0; w < ATT_WARPS; ++w) mm = fmaxf(mm, wm[w]);
+    if (threadIdx.x == 0) {
+        float ll = 0.f;
+        for (int w = 0; w < ATT_WARPS; ++w)
+            if (wm[w] > -INFINITY) ll += wl[w] * expf(wm[w] - mm);
+        dst[0] = mm;
+        dst[1] = ll;
+    }
+    for (int dd = threadIdx.x; dd < a.d; dd += blockDim.x) {
+        float r = 0.f;
+        for (int w = 0; w < ATT_WARPS; ++w)
+            if (wm[w] > -INFINITY) r += wacc[w][dd] * expf(wm[w] - mm);
+        dst[2 + dd] = r;
+    }
+}
+
+// out[b, i, h, :] (row-major [b, lq, hq, d]) from the splits of (row, head), merged in order.
+template <typename T>
+__device__ void attn_combine(const float* __restrict__ scratch, T* __restrict__ o, AttnArgs a) {
+    const int h = blockIdx.x, bi = blockIdx.y / a.lq, i = blockIdx.y % a.lq;
+    const long base = (((long)bi * a.lq + i) * a.hq + h) * a.splits;
+    float mm = -INFINITY;
+    for (int s = 0; s < a.splits; ++s) mm = fmaxf(mm, scratch[(base + s) * (a.d + 2)]);
+    T* orow = o + (((long)bi * a.lq + i) * a.hq + h) * a.d;
+    for (int dd = threadIdx.x; dd < a.d; dd += blockDim.x) {
+        float num = 0.f, den = 0.f;
+        for (int s = 0; s < a.splits; ++s) {
+            const float* src = scratch + (base + s) * (a.d + 2);
+            if (src[0] == -INFINITY) continue;
+            const float f = expf(src[0] - mm);
+            den += src[1] * f;
+            num += src[2 + dd] * f;
+        }
+        orow[dd] = from_f<T>(den > 0.f ? num / den : 0.f);
+    }
+}
+
+#define ATTN_SPLIT(NAME, T, LPK)                                                              \
+    extern "C" __global__ void NAME(const T* q, const T* k, const T* v, float* scratch,        \
+                                    AttnArgs a) {                                              \
+        attn_split<T, LPK>(q, k, v, scratch, a);                                               \
+    }
+ATTN_SPLIT(attn_split_f32_l1, float, 1)
+ATTN_SPLIT(attn_split_f32_l2, float, 2)
+ATTN_SPLIT(attn_split_f32_l4, float, 4)
+ATTN_SPLIT(attn_split_f32_l8, float, 8)
+ATTN_SPLIT(attn_split_f32_l16, float, 16)
+ATTN_SPLIT(attn_split_bf16_l1, __nv_bfloat16, 1)
+ATTN_SPLIT(attn_split_bf16_l2, __nv_bfloat16, 2)
+ATTN_SPLIT(attn_split_bf16_l4, __nv_bfloat16, 4)
+ATTN_SPLIT(attn_split_bf16_l8, __nv_bfloat16, 8)
+ATTN_SPLIT(attn_split_bf16_l16, __nv_bfloat16, 16)
+extern "C" __global__ void attn_combine_f32(const float* scratch, float* o, AttnArgs a) {
+    attn_combine<float>(scratch, o, a);
+}
+extern "C" __global__ void attn_combine_bf16(const float* scratch, __nv_bfloat16* o, AttnArgs a) {
+    attn_combine<__nv_bfloat16>(scratch, o, a);
+}
+

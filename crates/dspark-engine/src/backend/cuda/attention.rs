@@ -1,0 +1,221 @@
+//! [`CacheAttention`]: attention over the KV cache views in place (`attention.cuh`,
+//! `attention_mma.cuh`). bf16 heads of 64 or 128 with 16-byte aligned rows run on tensor cores,
+//! one block per (key split, kv head, 16-row tile of query rows x the group's query heads), so
+//! each K/V row is read once per kv head; other heads and f32 take one (split, head, row) per
+//! block. Both write the same per-split scratch, merged in split order by one combine kernel.
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use candle_core::cuda::WrapErr;
+use candle_core::{CpuStorage, CudaStorage, CustomOp3, DType, Layout, Result, Shape};
+use half::bf16;
+
+use super::{cpu_only, msg, suffix, view};
+use crate::backend::AttnMask;
+
+/// Keys per split (the kernels' `SPLIT`): a row's reduction order depends only on the keys it
+/// sees.
+const SPLIT: usize = 128;
+
+/// Kernel arguments of the attention kernels (layout shared with `AttnArgs` in attention.cuh).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct AttnArgs {
+    q_b: i64,
+    q_h: i64,
+    q_r: i64,
+    k_b: i64,
+    k_h: i64,
+    k_r: i64,
+    v_b: i64,
+    v_h: i64,
+    v_r: i64,
+    hq: i32,
+    hkv: i32,
+    lq: i32,
+    lk: i32,
+    d: i32,
+    kind: i32,
+    off: i32,
+    window: i32,
+    splits: i32,
+    vec: i32,
+    scale: f32,
+}
+
+// SAFETY: plain old data with the C layout the kernel reads.
+unsafe impl DeviceRepr for AttnArgs {}
+
+/// Scaled dot-product attention of `q[b, hq, lq, d]` over `k, v[b, hkv, lk, d]` (views of the
+/// cache: any batch/head/row strides, unit inner stride). Output: `[b, lq, hq, d]` contiguous.
+pub struct CacheAttention {
+    pub mask: AttnMask,
+    pub scale: f32,
+}
+
+fn strides4(l: &Layout, what: &str) -> Result<(i64, i64, i64)> {
+    let s = l.stride();
+    if s.len() != 4 || s[3] != 1 {
+        return Err(msg(format!(
+            "attention: {what} needs 4 dims with a unit inner stride"
+        )));
+    }
+    Ok((s[0] as i64, s[1] as i64, s[2] as i64))
+}
+
+impl CustomOp3 for CacheAttention {
+    fn name(&self) -> &'static str {
+        "dspark-cuda-attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        cpu_only(self.name())
+    }
+
+    fn cuda_fwd(
+        &self,
+        qs: &CudaStorage,
+        ql: &Layout,
+        ks: &CudaStorage,
+        kl: &Layout,
+        vs: &CudaStorage,
+        vl: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let (qd, kd, vd) = (ql.dims(), kl.dims(), vl.dims());
+        if qd.len() != 4 || kd.len() != 4 || kd != vd || qd[0] != kd[0] || qd[3] != kd[3] {
+            return Err(msg(format!("attention: q {qd:?} k {kd:?} v {vd:?}")));
+        }
+        let (b, hq, lq, d) = (qd[0], qd[1], qd[2], qd[3]);
+        let (hkv, lk) = (kd[1], kd[2]);
+        if hkv == 0 || hq % hkv != 0 || d > 256 || d % 16 != 0 || lk == 0 {
+            return Err(msg(format!(
+                "attention: {hq} q heads, {hkv} kv heads, d {d}, {lk} keys"
+            )));
+        }
+        let (kind, off, window) = match self.mask {
+            AttnMask::None => (0, 0, 0),
+            AttnMask::Causal { offset } => (1, offset, 0),
+            AttnMask::SlidingCausal { offset, window } => (2, offset, window),
+        };
+        let dt = qs.dtype();
+        if ks.dtype() != dt || vs.dtype() != dt {
+            return Err(msg("attention: q, k, v dtypes differ"));
+        }
+        let sfx = suffix(dt, "attention")?;
+        let splits = lk.div_ceil(SPLIT);
+        let (q_b, q_h, q_r) = strides4(ql, "q")?;
+        let (k_b, k_h, k_r) = strides4(kl, "k")?;
+        let (v_b, v_h, v_r) = strides4(vl, "v")?;
+        // 16-byte loads of 16 values: every row start aligned (bf16: 8 elements, f32: 4)
+        let al = if dt == DType::BF16 { 8 } else { 4 };
+        let vec = [q_b, q_h, q_r, k_b, k_h, k_r].iter().all(|&x| x % al == 0)
+            && [ql.start_offset(), kl.start_offset()]
+                .iter()
+                .all(|&o| o % al as usize == 0);
+        // the tensor-core kernel also stages V rows with 16-byte loads
+        let mma = dt == DType::BF16
+            && (d == 64 || d == 128)
+            && vec
+            && [v_b, v_h, v_r].iter().all(|&x| x % 8 == 0)
+            && vl.start_offset().is_multiple_of(8)
+            && mma_enabled();
+        let args = AttnArgs {
+            q_b,
+            q_h,
+            q_r,
+            k_b,
+            k_h,
+            k_r,
+            v_b,
+            v_h,
+            v_r,
+            hq: hq as i32,
+            hkv: hkv as i32,
+            lq: lq as i32,
+            lk: lk as i32,
+            d: d as i32,
+            kind,
+            off: off as i32,
+            window: window as i32,
+            splits: splits as i32,
+            vec: vec as i32,
+            scale: self.scale,
+        };
+        let dev = qs.device().clone();
+        // SAFETY: every element is written by the kernel below before anything reads it.
+        let scratch = unsafe { dev.alloc::<f32>(b * lq * hq * splits * (d + 2))? };
+        let split_cfg = if mma {
+            let tiles = (lq * (hq / hkv)).div_ceil(16);
+            LaunchConfig {
+                grid_dim: (splits as u32, hkv as u32, (b * tiles) as u32),
+                block_dim: (128, 1, 1),
+                shared_mem_bytes: 0,
+            }
+        } else {
+            LaunchConfig {
+                grid_dim: (splits as u32, hq as u32, (b * lq) as u32),
+                block_dim: (128, 1, 1),
+                shared_mem_bytes: 0,
+            }
+        };
+        let comb_cfg = LaunchConfig {
+            grid_dim: (hq as u32, (b * lq) as u32, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let split_fn = if mma {
+            func!(dev, &format!("attn_mma_bf16_d{d}"))?
+        } else {
+            func!(dev, &format!("attn_split_{sfx}_l{}", d / 16))?
+        };
+        let comb_fn = func!(dev, &format!("attn_combine_{sfx}"))?;
+        macro_rules! run {
+            ($t:ty) => {{
+                let (q, k, v) = (
+                    view::<$t>(qs, ql)?,
+                    view::<$t>(ks, kl)?,
+                    view::<$t>(vs, vl)?,
+                );
+                let mut bld = split_fn.builder();
+                bld.arg(&q);
+                bld.arg(&k);
+                bld.arg(&v);
+                bld.arg(&scratch);
+                bld.arg(&args);
+                // SAFETY: the arguments match the kernel's signature in attention*.cuh and every buffer
+                // outlives the launch in stream order (one stream; frees are stream-ordered).
+                unsafe { bld.launch(split_cfg) }.w()?;
+                // SAFETY: every element is written by the kernel below before anything reads it.
+                let o = unsafe { dev.alloc::<$t>(b * lq * hq * d)? };
+                let mut bld = comb_fn.builder();
+                bld.arg(&scratch);
+                bld.arg(&o);
+                bld.arg(&args);
+                // SAFETY: the arguments match the kernel's signature in attention*.cuh and every buffer
+                // outlives the launch in stream order (one stream; frees are stream-ordered).
+                unsafe { bld.launch(comb_cfg) }.w()?;
+                CudaStorage::wrap_cuda_slice(o, dev.clone())
+            }};
+        }
+        let out = match dt {
+            DType::BF16 => run!(bf16),
+            _ => run!(f32),
+        };
+        Ok((out, Shape::from(vec![b, lq, hq, d])))
+    }
+}
+
+/// Whether bf16 attention may take the tensor-core kernel (`DSPARK_CUDA_ATTN_MMA=0` keeps the
+/// one-row kernel, for side-by-side runs).
+fn mma_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("DSPARK_CUDA_ATTN_MMA").map_or(true, |v| v != "0"))
+}

@@ -1,0 +1,198 @@
+//! [`RowsGemm`]: `x · wᵀ` for up to [`ROWS_MAX`] rows with our batch-invariant kernels
+//! (`gemm.cuh`). The launch shape (columns per block, warps, K split) is a function of the
+//! weight's shape alone, picked from the H200 micro-benchmark (`scripts/bench/
+//! cuda_kernel_bench.cu`), so a row's bits never depend on how many rows a call has.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda::cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use candle_core::cuda::WrapErr;
+use candle_core::{CpuStorage, CudaDevice, CudaStorage, CustomOp2, DType, Layout, Result, Shape};
+use half::bf16;
+
+use super::{cpu_only, msg, row_stride, view, ROWS_MAX};
+
+/// `x[.., k] · w[n, k]ᵀ -> [.., n]` for at most [`ROWS_MAX`] rows; x and w of one dtype,
+/// x rows at a unit inner stride, w contiguous.
+pub struct RowsGemm;
+
+/// bf16 launch shape for an `[n, k]` weight: (8-column tiles per block, warps, K ranges).
+/// Measured on the H200 at Qwen3-8B's shapes (GB/s of weights streamed, 1 row): wide outputs
+/// (gate/up 24576, the LM head) 4 tiles x 4 warps (3832 / 4164, was 3364 / 4019 with 8 warps);
+/// the fused qkv (6144) 2 x 8 (2829); narrow ones (o and down, 4096) too few blocks to fill the
+/// 132 SMs, so K is cut into 4 ranges summed in order by the last block (o 2508, down 3301,
+/// were 1988 / 2332).
+fn plan(n: usize, k: usize) -> (usize, usize, usize) {
+    match (n, k) {
+        (n, _) if n >= 16384 => (4, 4, 1),
+        (n, _) if n >= 6144 => (2, 8, 1),
+        (_, k) if k >= 2048 => (2, 4, 4),
+        _ => (1, 8, 1),
+    }
+}
+
+/// Column tiles a split launch may have (the counters below); wider outputs never split.
+const SPLIT_TILES_MAX: usize = 16384 / 16;
+
+/// Per device: zeroed arrival counters of split launches (each launch's last block resets its
+/// tile's counter, so they are zero again between launches on the one stream).
+fn counters(dev: &CudaDevice) -> Result<Arc<CudaSlice<u32>>> {
+    type Map = HashMap<candle_core::cuda::DeviceId, Arc<CudaSlice<u32>>>;
+    static C: Mutex<Option<Map>> = Mutex::new(None);
+    let mut g = C.lock().unwrap_or_else(|p| p.into_inner());
+    let map = g.get_or_insert_with(HashMap::new);
+    if let Some(c) = map.get(&dev.id()) {
+        return Ok(c.clone());
+    }
+    let c = Arc::new(dev.alloc_zeros::<u32>(SPLIT_TILES_MAX)?);
+    map.insert(dev.id(), c.clone());
+    Ok(c)
+}
+
+impl CustomOp2 for RowsGemm {
+    fn name(&self) -> &'static str {
+        "dspark-cuda-rows-gemm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        cpu_only(self.name())
+    }
+
+    fn cuda_fwd(
+        &self,
+        xs: &CudaStorage,
+        xl: &Layout,
+        ws: &CudaStorage,
+        wl: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let (xd, wd) = (xl.dims(), wl.dims());
+        let (&k, lead) = xd.split_last().ok_or_else(|| msg("gemm: x is a scalar"))?;
+        if wd.len() != 2 || wd[1] != k || !wl.is_contiguous() {
+            return Err(msg(format!("gemm: x {xd:?} does not fit w {wd:?}")));
+        }
+        let (m, n) = (lead.iter().product::<usize>(), wd[0]);
+        if m == 0 || m > ROWS_MAX {
+            return Err(msg(format!("gemm: {m} rows (1..={ROWS_MAX})")));
+        }
+        let ldx = row_stride(xl, "gemm")? as usize;
+        let dt = xs.dtype();
+        if ws.dtype() != dt {
+            return Err(msg("gemm: x and w dtypes differ"));
+        }
+        let dev = xs.device().clone();
+        let mut od = xd.to_vec();
+        *od.last_mut().unwrap() = n;
+        let slice = match dt {
+            DType::BF16 => {
+                let x = view::<bf16>(xs, xl)?;
+                let w = view::<bf16>(ws, wl)?;
+                // SAFETY: every element is written by the kernel below before anything reads it.
+                let y = unsafe { dev.alloc::<bf16>(m * n)? };
+                let aligned = k % 8 == 0
+                    && ldx.is_multiple_of(8)
+                    && xl.start_offset().is_multiple_of(8)
+                    && wl.start_offset().is_multiple_of(8);
+                let (nt, warps, splits) = plan(n, k);
+                let tiles = n.div_ceil(8 * nt);
+                let f = func!(dev, &format!("gemm_rows_bf16_nt{nt}_w{warps}"))?;
+                let cfg = LaunchConfig {
+                    grid_dim: (tiles as u32, splits as u32, 1),
+                    block_dim: (32 * warps as u32, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let (mi, ni, ki, li, vi, si) = (
+                    m as i32,
+                    n as i32,
+                    k as i32,
+                    ldx as i32,
+                    aligned as i32,
+                    splits as i32,
+                );
+                let mut b = f.builder();
+                b.arg(&x);
+                b.arg(&w);
+                b.arg(&y);
+                b.arg(&mi);
+                b.arg(&ni);
+                b.arg(&ki);
+                b.arg(&li);
+                b.arg(&vi);
+                b.arg(&si);
+                let (partial, count);
+                let null = 0u64;
+                if splits > 1 {
+                    if tiles > SPLIT_TILES_MAX {
+                        return Err(msg(format!("gemm: {tiles} tiles in a split launch")));
+                    }
+                    // SAFETY: each K range's block writes its rows before the last block reads them.
+                    partial = unsafe { dev.alloc::<f32>(splits * m * n)? };
+                    count = counters(&dev)?;
+                    b.arg(&partial);
+                    b.arg(&*count);
+                } else {
+                    b.arg(&null);
+                    b.arg(&null);
+                }
+                // SAFETY: the arguments match the kernel's signature in gemm.cuh and every buffer
+                // outlives the launch in stream order (one stream; frees are stream-ordered).
+                unsafe { b.launch(cfg) }.w()?;
+                CudaStorage::wrap_cuda_slice(y, dev.clone())
+            }
+            DType::F32 => {
+                let x = view::<f32>(xs, xl)?;
+                let w = view::<f32>(ws, wl)?;
+                // SAFETY: every element is written by the kernel below before anything reads it.
+                let y = unsafe { dev.alloc::<f32>(m * n)? };
+                let f = func!(dev, "gemm_rows_f32")?;
+                let cfg = LaunchConfig {
+                    grid_dim: (n.div_ceil(8) as u32, 1, 1),
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let mut b = f.builder();
+                b.arg(&x);
+                b.arg(&w);
+                b.arg(&y);
+                let (mi, ni, ki, li) = (m as i32, n as i32, k as i32, ldx as i32);
+                b.arg(&mi);
+                b.arg(&ni);
+                b.arg(&ki);
+                b.arg(&li);
+                // SAFETY: the arguments match the kernel's signature in gemm.cuh and every buffer
+                // outlives the launch in stream order (one stream; frees are stream-ordered).
+                unsafe { b.launch(cfg) }.w()?;
+                CudaStorage::wrap_cuda_slice(y, dev.clone())
+            }
+            other => return Err(msg(format!("gemm: {other:?} is not supported"))),
+        };
+        Ok((slice, Shape::from(od)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan;
+
+    #[test]
+    fn launch_shape_depends_on_the_weight_alone() {
+        assert_eq!(plan(151936, 4096), (4, 4, 1));
+        assert_eq!(plan(24576, 4096), (4, 4, 1));
+        assert_eq!(plan(6144, 4096), (2, 8, 1));
+        assert_eq!(plan(4096, 12288), (2, 4, 4));
+        assert_eq!(plan(4096, 4096), (2, 4, 4));
+        assert_eq!(plan(64, 64), (1, 8, 1));
+        // every split launch fits the counters
+        for n in (8..16384).step_by(8) {
+            let (nt, _, s) = plan(n, 4096);
+            assert!(s == 1 || n.div_ceil(8 * nt) <= super::SPLIT_TILES_MAX);
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! Row-wise ops on our kernels (`rows.cuh`): [`ArgmaxRows`], [`Swiglu`], [`RmsNorm`] and
+//! [`AddRmsNorm`] (the residual add fused in front of the next norm: one launch instead of two,
+//! and one op less for the host to enqueue).
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use candle_core::cuda::WrapErr;
+use candle_core::{
+    CpuStorage, CudaStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape,
+};
+use half::bf16;
+
+use super::{cpu_only, msg, row_stride, suffix, view};
+
+/// Index of the largest value of each row of `x[.., n]` (u32, shape `[..]`), first on ties.
+pub struct ArgmaxRows;
+
+impl CustomOp1 for ArgmaxRows {
+    fn name(&self) -> &'static str {
+        "dspark-cuda-argmax"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+        cpu_only(self.name())
+    }
+
+    fn cuda_fwd(&self, s: &CudaStorage, l: &Layout) -> Result<(CudaStorage, Shape)> {
+        let dims = l.dims();
+        let (&n, lead) = dims.split_last().ok_or_else(|| msg("argmax: scalar"))?;
+        if !l.is_contiguous() {
+            return Err(msg("argmax: rows must be contiguous"));
+        }
+        let rows: usize = lead.iter().product();
+        let dev = s.device().clone();
+        let sfx = suffix(s.dtype(), "argmax")?;
+        // SAFETY: every element is written by the kernel below before anything reads it.
+        let out = unsafe { dev.alloc::<u32>(rows.max(1))? };
+        let f = func!(dev, &format!("argmax_rows_{sfx}"))?;
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (ni, ld) = (n as i32, n as i64);
+        macro_rules! run {
+            ($t:ty) => {{
+                let x = view::<$t>(s, l)?;
+                let mut b = f.builder();
+                b.arg(&x);
+                b.arg(&out);
+                b.arg(&ni);
+                b.arg(&ld);
+                // SAFETY: the arguments match the kernel's signature in rows.cuh and every buffer
+                // outlives the launch in stream order (one stream; frees are stream-ordered).
+                unsafe { b.launch(cfg) }.w()?;
+            }};
+        }
+        match s.dtype() {
+            DType::BF16 => run!(bf16),
+            _ => run!(f32),
+        }
+        Ok((
+            CudaStorage::wrap_cuda_slice(out, dev),
+            Shape::from(lead.to_vec()),
+        ))
+    }
+}
+
+/// `silu(gate) · up` over `[.., c]` halves with unit inner strides (contiguous output).
+pub struct Swiglu;
+
+impl CustomOp2 for Swiglu {
+    fn name(&self) -> &'static str {
+        "dspark-cuda-swiglu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        cpu_only(self.name())
+    }
+
+    fn cuda_fwd(
+        &self,
+        gs: &CudaStorage,
+        gl: &Layout,
+        us: &CudaStorage,
+        ul: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        if gl.dims() != ul.dims() || gs.dtype() != us.dtype() {
+            return Err(msg("swiglu: gate and up differ in shape or dtype"));
+        }
+        let dims = gl.dims().to_vec();
+        let cols = *dims.last().ok_or_else(|| msg("swiglu: scalar"))?;
+        let rows: usize = dims[..dims.len() - 1].iter().product();
+        let (ldg, ldu) = (row_stride(gl, "swiglu")?, row_stride(ul, "swiglu")?);
+        let dev = gs.device().clone();
+        let sfx = suffix(gs.dtype(), "swiglu")?;
+        let f = func!(dev, &format!("swiglu_{sfx}"))?;
+        let total = rows * cols;
+        let cfg = LaunchConfig {
+            grid_dim: (total.div_ceil(256).clamp(1, 65535) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (r, c) = (rows as i64, cols as i32);
+        macro_rules! run {
+            ($t:ty) => {{
+                let (g, u) = (view::<$t>(gs, gl)?, view::<$t>(us, ul)?);
+                // SAFETY: every element is written by the kernel below before anything reads it.
+                let o = unsafe { dev.alloc::<$t>(total.max(1))? };
+                let mut b = f.builder();
+                b.arg(&g);
+                b.arg(&u);
+                b.arg(&o);
+                b.arg(&r);
+                b.arg(&c);
+                b.arg(&ldg);
+                b.arg(&ldu);
+                // SAFETY: the arguments match the kernel's signature in rows.cuh and every buffer
+                // outlives the launch in stream order (one stream; frees are stream-ordered).
+                unsafe { b.launch(cfg) }.w()?;
+                CudaStorage::wrap_cuda_slice(o, dev.clone())
+            }};
+        }
+        let out = match gs.dtype() {
+            DType::BF16 => run!(bf16),
+            _ => run!(f32),
+        };
+        Ok((out, Shape::from(dims)))
+    }
+}
+
+/// Kernel arguments of `add_rms_norm` (layout shared with `NormRows` in rows.cuh).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct NormRows {
+    xin: i64,
+    xsi: i64,
+    xso: i64,
+    rin: i64,
+    rsi: i64,
+    rso: i64,
+    h: i32,
+    vec: i32,
+    eps: f32,
+}
+
+// SAFETY: plain old data with the C layout the kernel reads.
+unsafe impl DeviceRepr for NormRows {}
+
+/// Rows of `l` (all dims but the last, which has a unit stride) as two levels of strides:
+/// `(inner count, inner stride, outer stride)`; `None` when they need more.
+pub fn row_levels(l: &Layout) -> Option<(i64, i64, i64)> {
+    let (d, s) = (l.dims(), l.stride());
+    let h = *d.last()?;
+    if s.last() != Some(&1) && h > 1 {
+        return None;
+    }
+    if l.is_contiguous() {
+        let rows: usize = d[..d.len() - 1].iter().product();
+        return Some((rows.max(1) as i64, h as i64, 0));
+    }
+    let lead: Vec<(usize, usize)> = d[..d.len() - 1]
+        .iter()
+        .zip(&s[..s.len() - 1])
+        .filter(|(&n, _)| n > 1)
+        .map(|(&n, &st)| (n, st))
+        .collect();
+    match lead.as_slice() {
+        [] => Some((1, h as i64, 0)),
+        [(n, st)] => Some((*n as i64, *st as i64, 0)),
+        [(_, so), (n, si)] => Some((*n as i64, *si as i64, *so as i64)),
+        _ => None,
+    }
+}
+
+/// Chunks of 8 values a norm thread keeps in registers (`NORM_CH` in rows.cuh).
+const NORM_CH: usize = 4;
+
+/// Threads of a norm block for rows of `h` (from h alone: a row's reduction order then never
+/// depends on the call): one chunk of 8 per thread up to 512 threads, whole warps.
+fn norm_threads(h: usize) -> usize {
+    h.div_ceil(8).next_multiple_of(32).clamp(32, 512)
+}
+
+/// Launches `add_rms_norm_{sfx}`: `r` (residual) and `sum` absent for a plain norm. Returns the
+/// output buffer: `y` alone, or `sum` then `y`.
+fn launch_norm(
+    xs: &CudaStorage,
+    xl: &Layout,
+    res: Option<(&CudaStorage, &Layout)>,
+    ws: &CudaStorage,
+    wl: &Layout,
+    eps: f32,
+    op: &str,
+) -> Result<CudaStorage> {
+    let dims = xl.dims();
+    let h = *dims.last().ok_or_else(|| msg(format!("{op}: scalar")))?;
+    let rows: usize = dims[..dims.len() - 1].iter().product();
+    let levels = |l: &Layout| row_levels(l).ok_or_else(|| msg(format!("{op}: row layout")));
+    let (xin, xsi, xso) = levels(xl)?;
+    let dt = xs.dtype();
+    if ws.dtype() != dt || wl.dims() != [h] || !wl.is_contiguous() {
+        return Err(msg(format!("{op}: weight {:?} for rows of {h}", wl.dims())));
+    }
+    let (rin, rsi, rso) = match res {
+        Some((rs, rl)) => {
+            if rs.dtype() != dt || rl.dims() != dims {
+                return Err(msg(format!("{op}: residual differs from x")));
+            }
+            levels(rl)?
+        }
+        None => (1, 0, 0),
+    };
+    // 8-value vector accesses: every row start (and the weight) 16-byte aligned, h a multiple
+    // of 8, and the row fits the kernel's registers at the block size picked from h
+    let threads = norm_threads(h);
+    let al = if dt == DType::BF16 { 8 } else { 4 };
+    let starts = [
+        xl.start_offset() as i64,
+        res.map_or(0, |(_, rl)| rl.start_offset() as i64),
+        wl.start_offset() as i64,
+        xsi,
+        xso,
+        rsi,
+        rso,
+    ];
+    let vec = h % 8 == 0 && h <= 8 * NORM_CH * threads && starts.iter().all(|&o| o % al == 0);
+    let args = NormRows {
+        xin,
+        xsi,
+        xso,
+        rin,
+        rsi,
+        rso,
+        h: h as i32,
+        vec: vec as i32,
+        eps,
+    };
+    let dev = xs.device().clone();
+    let f = func!(dev, &format!("add_rms_norm_{}", suffix(dt, op)?))?;
+    let cfg = LaunchConfig {
+        grid_dim: (rows.max(1) as u32, 1, 1),
+        block_dim: (threads as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let outs = if res.is_some() { 2 } else { 1 };
+    let null = 0u64;
+    macro_rules! run {
+        ($t:ty) => {{
+            let x = view::<$t>(xs, xl)?;
+            let w = view::<$t>(ws, wl)?;
+            let r = match res {
+                Some((rs, rl)) => Some(view::<$t>(rs, rl)?),
+                None => None,
+            };
+            // SAFETY: every element is written by the kernel below before anything reads it.
+            let out = unsafe { dev.alloc::<$t>((outs * rows * h).max(1))? };
+            {
+                let (sum, y) = (out.slice(..rows * h), out.slice((outs - 1) * rows * h..));
+                let mut b = f.builder();
+                b.arg(&x);
+                match &r {
+                    Some(r) => b.arg(r),
+                    None => b.arg(&null),
+                };
+                b.arg(&w);
+                if res.is_some() {
+                    b.arg(&sum);
+                } else {
+                    b.arg(&null);
+                }
+                b.arg(&y);
+                b.arg(&args);
+                // SAFETY: the arguments match add_rms_norm's signature in rows.cuh and every
+                // buffer outlives the launch in stream order (one stream; stream-ordered frees).
+                unsafe { b.launch(cfg) }.w()?;
+            }
+            CudaStorage::wrap_cuda_slice(out, dev.clone())
+        }};
+    }
+    Ok(match dt {
+        DType::BF16 => run!(bf16),
+        _ => run!(f32),
+    })
+}
+
+/// `x · rsqrt(mean(x²) + eps) · w` over the last axis (rows at one stride, unit inner stride).
+pub struct RmsNorm {
+    pub eps: f32,
+}
+
+impl CustomOp2 for RmsNorm {
+    fn name(&self) -> &'static str {
+        "dspark-cuda-rms-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        cpu_only(self.name())
+    }
+
+    fn cuda_fwd(
+        &self,
+        xs: &CudaStorage,
+        xl: &Layout,
+        ws: &CudaStorage,
+        wl: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let out = launch_norm(xs, xl, None, ws, wl, self.eps, "rms_norm")?;
+        Ok((out, Shape::from(xl.dims().to_vec())))
+    }
+}
+
+/// `s = x + r` (rounded to the dtype, as an add stores it) and `rms_norm(s) · w`, stacked as
+/// `[2, ..dims]`: index 0 is the sum, 1 the normed rows.
+pub struct AddRmsNorm {
+    pub eps: f32,
+}
+
+impl CustomOp3 for AddRmsNorm {
+    fn name(&self) -> &'static str {
+        "dspark-cuda-add-rms-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        cpu_only(self.name())
+    }
+
+    fn cuda_fwd(
+        &self,
+        xs: &CudaStorage,
+        xl: &Layout,
+        rs: &CudaStorage,
+        rl: &Layout,
+        ws: &CudaStorage,
+        wl: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let out = launch_norm(xs, xl, Some((rs, rl)), ws, wl, self.eps, "add_rms_norm")?;
+        let mut dims = vec![2];
+        dims.extend_from_slice(xl.dims());
+        Ok((out, Shape::from(dims)))
+    }
+}
