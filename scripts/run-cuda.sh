@@ -9,6 +9,7 @@
 # Usage: scripts/run-cuda.sh [--no-tests] [--q8b] [--hf] [--profile] [PACK]
 #   --profile: only the per-op profile runs of --q8b (baseline and DFlash oracle rounds synced
 #            per op; then the baseline's host enqueue time per op)
+#   --verify: only the baseline and verify-cost runs of --q8b at 1024 and 8192 context
 #   --vs-hf: dspark's baseline decode and HF transformers (static cache, then torch.compile
 #            reduce-overhead) on the same checkpoint and ids at 1024 and 8192 context, one call
 #   (PACK: default target/cuda/carry/cuda-bins.tar.xz)
@@ -16,7 +17,7 @@
 # target/cuda/run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 PACK=target/cuda/carry/cuda-bins.tar.xz
+Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 VER=0 PACK=target/cuda/carry/cuda-bins.tar.xz
 for a in "$@"; do
   case $a in
     --q8b) Q8B=1 ;;
@@ -24,6 +25,7 @@ for a in "$@"; do
     --no-tests) TESTS=0 ;;
     --profile) PROF=1 ;;
     --vs-hf) VSHF=1; TESTS=0 ;;
+    --verify) VER=1; TESTS=0 ;;
     *) PACK=$a ;;
   esac
 done
@@ -112,6 +114,13 @@ if [ $Q8B = 1 ]; then
   # 8192 context: baseline and verify cost
   q $B --max-tokens 128 --prompt-ids $M/prompt_ids_8192.json --mode baseline --verify-cost 4,8,16 \
     --out "$LOG/bench_q8b_8192.json"
+fi
+if [ $VER = 1 ]; then
+  checkpoint
+  B="$BIN/dspark bench --model $M --device cuda --dtype bf16 --mem-bandwidth-gbs 4130 --mode baseline --max-tokens 64"
+  q() { echo "== $*" >>"$LOG/q8b.txt"; ( time timeout 150 "$@" ) >>"$LOG/q8b.txt" 2>&1; tail -8 "$LOG/q8b.txt"; }
+  q $B --prompt-ids $M/prompt_ids.json --verify-cost 4,8,16 --out "$LOG/bench_verify_1024.json"
+  q $B --prompt-ids $M/prompt_ids_8192.json --verify-cost 4,8,16 --out "$LOG/bench_verify_8192.json"
 fi
 if [ $VSHF = 1 ]; then
   checkpoint
