@@ -1,20 +1,25 @@
 //! [`Backend`] on candle: CPU here, CUDA with the `cuda` feature. Matmul weights and their
-//! forms (dense, GGUF blocks, MLX affine) live in `linear.rs`. On the CPU, few-row matmuls
-//! (decode and verify) and attention run on our own batch-invariant kernels (`backend/cpu/`);
-//! on CUDA the same holds with `backend/cuda/` (few-row GEMM, attention in place, argmax).
+//! forms (dense, GGUF blocks, MLX affine) live in `linear.rs`, attention in `attention.rs`,
+//! rotary tables and rotation in `rope.rs`, the glue to the CUDA row kernels (norms, norm +
+//! rope) in `cuda_rows.rs`. On the CPU, few-row matmuls (decode and verify) and attention run
+//! on our own batch-invariant kernels (`backend/cpu/`); on CUDA the same holds with
+//! `backend/cuda/` (few-row GEMM, attention in place, norms, rope, argmax).
 
+mod attention;
 #[cfg(feature = "cuda")]
 mod cuda_rows;
 mod linear;
+mod rope;
 
 use candle_core::{DType as CDType, Device, Tensor, D};
 
 pub use linear::CandleLinear;
+pub use rope::CandleRope;
 
 use super::cpu::ops as cpu_ops;
 #[cfg(feature = "cuda")]
 use super::cuda as cuda_ops;
-use super::{profile, AttnMask, BResult, Backend, BackendError, DType, RopeSpec, RopeStyle};
+use super::{profile, AttnMask, BResult, Backend, BackendError, DType, RopeSpec};
 use crate::weights::HostTensor;
 
 pub(crate) fn err(e: candle_core::Error) -> BackendError {
@@ -184,59 +189,6 @@ impl CandleBackend {
             }
         }
     }
-
-    fn mask_tensor(
-        &self,
-        mask: AttnMask,
-        lq: usize,
-        lk: usize,
-        rep: usize,
-    ) -> BResult<Option<Tensor>> {
-        let allowed = |i: usize, j: usize| -> bool {
-            match mask {
-                AttnMask::None => true,
-                AttnMask::Causal { offset } => j <= offset + i,
-                AttnMask::SlidingCausal { offset, window } => {
-                    let p = offset + i;
-                    j <= p && j + window > p
-                }
-            }
-        };
-        if (0..lq).all(|i| (0..lk).all(|j| allowed(i, j))) {
-            return Ok(None);
-        }
-        let key = (mask, lq, lk, rep);
-        let mut last = self.last_mask.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((k, t)) = last.as_ref() {
-            if *k == key {
-                return Ok(Some(t.clone()));
-            }
-        }
-        let mut m = Vec::with_capacity(rep * lq * lk);
-        for _ in 0..rep {
-            for i in 0..lq {
-                for j in 0..lk {
-                    m.push(if allowed(i, j) {
-                        0f32
-                    } else {
-                        f32::NEG_INFINITY
-                    });
-                }
-            }
-        }
-        let t = Tensor::from_vec(m, (rep * lq, lk), &self.device).map_err(err)?;
-        *last = Some((key, t.clone()));
-        Ok(Some(t))
-    }
-}
-
-pub struct CandleRope {
-    pub(super) cos: Tensor,
-    pub(super) sin: Tensor,
-    /// The f32 tables on the host, for our CPU kernel.
-    host: Option<(Vec<f32>, Vec<f32>)>,
-    pub(super) style: RopeStyle,
-    max: usize,
 }
 
 impl Backend for CandleBackend {
@@ -412,61 +364,11 @@ impl Backend for CandleBackend {
     }
 
     fn rope_prepare(&self, spec: &RopeSpec, max_positions: usize) -> BResult<CandleRope> {
-        let half = spec.inv_freq.len();
-        let mut cos = Vec::with_capacity(max_positions * half);
-        let mut sin = Vec::with_capacity(max_positions * half);
-        for p in 0..max_positions {
-            for &f in &spec.inv_freq {
-                let a = p as f64 * f as f64;
-                cos.push(a.cos() as f32);
-                sin.push(a.sin() as f32);
-            }
-        }
-        let mk = |v: Vec<f32>| {
-            Tensor::from_vec(v, (max_positions, half), &self.device)
-                .and_then(|t| t.to_dtype(cdtype(self.dtype)))
-                .map_err(err)
-        };
-        let host = (self.device.is_cpu() && self.dtype == DType::F32 && self.cpu_kernels())
-            .then(|| (cos.clone(), sin.clone()));
-        Ok(CandleRope {
-            cos: mk(cos)?,
-            sin: mk(sin)?,
-            host,
-            style: spec.style,
-            max: max_positions,
-        })
+        self.rope_tables(spec, max_positions)
     }
 
     fn rope(&self, x: &Tensor, rope: &CandleRope, start: usize) -> BResult<Tensor> {
-        let _p = profile::span("rope");
-        let l = x.dim(2).map_err(err)?;
-        if start + l > rope.max {
-            return Err(err(candle_core::Error::Msg(format!(
-                "position {} is past the RoPE table of {} positions",
-                start + l,
-                rope.max
-            ))));
-        }
-        if let (Some((cos, sin)), CDType::F32) = (&rope.host, x.dtype()) {
-            if x.rank() == 4 && x.stride().last() == Some(&1) {
-                let op = cpu_ops::Rope {
-                    cos,
-                    sin,
-                    start,
-                    style: rope.style,
-                };
-                return x.apply_op1_no_bwd(&op).map_err(err);
-            }
-        }
-        let cos = rope.cos.narrow(0, start, l).map_err(err)?;
-        let sin = rope.sin.narrow(0, start, l).map_err(err)?;
-        let x = x.contiguous().map_err(err)?;
-        match rope.style {
-            RopeStyle::Half => candle_nn::rotary_emb::rope(&x, &cos, &sin),
-            RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&x, &cos, &sin),
-        }
-        .map_err(err)
+        self.rotate(x, rope, start)
     }
 
     fn norm_rope(
@@ -495,68 +397,7 @@ impl Backend for CandleBackend {
         mask: AttnMask,
         scale: f32,
     ) -> BResult<Tensor> {
-        let _p = profile::span("attention");
-        let (b, hq, lq, d) = q.dims4().map_err(err)?;
-        let (_, hkv, lk, _) = k.dims4().map_err(err)?;
-        if hkv == 0 || hq % hkv != 0 {
-            return Err(err(candle_core::Error::Msg(format!(
-                "{hq} query heads vs {hkv} kv heads"
-            ))));
-        }
-        if self.cpu_kernels() && [q, k, v].iter().all(|t| t.dtype() == CDType::F32) {
-            // reads the cache views in place; only a non-unit inner stride forces a copy
-            let inner = |t: &Tensor| -> BResult<Tensor> {
-                if t.stride().last() == Some(&1) {
-                    Ok(t.clone())
-                } else {
-                    t.contiguous().map_err(err)
-                }
-            };
-            let (q, k, v) = (inner(q)?, inner(k)?, inner(v)?);
-            return q
-                .apply_op3_no_bwd(&k, &v, &cpu_ops::Attention { mask, scale })
-                .map_err(err);
-        }
-        #[cfg(feature = "cuda")]
-        if self.cuda_kernels()
-            && d % 16 == 0
-            && d <= 256
-            && [q, k, v].iter().all(|t| cuda_dtype(t.dtype()))
-        {
-            let q = if q.stride().last() == Some(&1) {
-                q.clone()
-            } else {
-                q.contiguous().map_err(err)?
-            };
-            // [b, lq, hq, d] from the kernel; the layer's transpose back is then free
-            return q
-                .apply_op3_no_bwd(k, v, &cuda_ops::CacheAttention { mask, scale })
-                .and_then(|o| o.transpose(1, 2))
-                .map_err(err);
-        }
-        let rep = hq / hkv;
-        // group query heads onto their kv head: [b, hkv, rep*lq, d]
-        let qg = q
-            .contiguous()
-            .and_then(|q| q.reshape((b, hkv, rep * lq, d)))
-            .map_err(err)?;
-        let k = k.contiguous().map_err(err)?;
-        let v = v.contiguous().map_err(err)?;
-        let mut scores = qg
-            .matmul(&k.t().map_err(err)?)
-            .and_then(|s| s.to_dtype(CDType::F32))
-            .and_then(|s| s * scale as f64)
-            .map_err(err)?;
-        if let Some(m) = self.mask_tensor(mask, lq, lk, rep)? {
-            scores = scores.broadcast_add(&m).map_err(err)?;
-        }
-        let probs = candle_nn::ops::softmax_last_dim(&scores)
-            .and_then(|p| p.to_dtype(v.dtype()))
-            .map_err(err)?;
-        probs
-            .matmul(&v)
-            .and_then(|o| o.reshape((b, hq, lq, d)))
-            .map_err(err)
+        self.sdpa(q, k, v, mask, scale)
     }
 
     fn silu(&self, x: &Tensor) -> BResult<Tensor> {
