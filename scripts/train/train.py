@@ -16,9 +16,11 @@ Distillation loss at each predicted position (the target's token after position 
 for DFlash row r, j = a + r for DSpark row r):
   D = 0.5 CE(draft, target's greedy token after j) + 0.5 CE(draft, target softmax after j).
 DFlash (z-lab): block 16, `[pending, mask x 15]` predicts the 15 tokens after the anchor; every
-  other step runs at block 8 (same weights serve both); loss D, row r weighted exp(-(r-1)/7).
+  other step runs at block 8 (same weights serve both); loss D, row r weighted exp(-(r-1)/gamma),
+  gamma 7 by default (--dflash-gamma).
 DSpark (DeepSpec): block 7, rows 0..6 predict the 7 tokens after the anchor; a rank-R Markov
-  head adds w2(w1[prev]) (teacher-forced prev); loss per row (weight exp(-r/4)):
+  head adds w2(w1[prev]) (teacher-forced prev); loss per row (weight exp(-r/gamma), gamma 4 by
+  default, --dspark-gamma):
   D + ||p_d - p_t||_1 + BCE(c_r, 1 - ||p_d - p_t||_1 / 2); the confidence head
   sigmoid(proj([h_r; w1[prev_r]])) is trained on detached inputs.
 Anchors: A distinct random response positions per sequence per step (the pending token);
@@ -217,6 +219,9 @@ def main():
     ap.add_argument("--dflash-alt-block", type=int, default=8, help="every other step's DFlash block (0: none)")
     ap.add_argument("--dspark-block", type=int, default=7)
     ap.add_argument("--markov-rank", type=int, default=16)
+    ap.add_argument("--dflash-gamma", type=float, default=7.0,
+                    help="DFlash row r's loss weight exp(-(r-1)/gamma)")
+    ap.add_argument("--dspark-gamma", type=float, default=4.0, help="DSpark row r's loss weight exp(-r/gamma)")
     ap.add_argument("--which", default="dflash,dspark")
     ap.add_argument("--init", default="", help="DFLASH_DIR,DSPARK_DIR: continue from saved drafters")
     ap.add_argument("--precompute-chunk", type=int, default=32768, help="target tokens per precompute pass")
@@ -302,10 +307,11 @@ def main():
                 with torch.autocast(**cast):
                     if k == "dflash":
                         bs = a.dflash_alt_block if (a.dflash_alt_block and step % 2 == 1) else cfg["block_size"]
-                        loss, st = dflash_loss(net, e, store, tok, flat, lens, anchors, avalid, bs, 7.0)
+                        loss, st = dflash_loss(net, e, store, tok, flat, lens, anchors, avalid, bs,
+                                               a.dflash_gamma)
                     else:
                         loss, st = dspark_loss(net, heads, e, store, tok, flat, lens, anchors, avalid,
-                                               cfg["block_size"], 4.0)
+                                               cfg["block_size"], a.dspark_gamma)
                 opts[k].zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params[k], 1.0)
