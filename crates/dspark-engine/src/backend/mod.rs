@@ -9,6 +9,7 @@ pub mod candle;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod cuda_shapes;
 pub mod load_report;
 #[cfg(feature = "mlx")]
 pub mod mlx;

@@ -1,7 +1,8 @@
 //! [`RowsGemm`]: `x · wᵀ` for up to [`ROWS_MAX`] rows with our batch-invariant kernels
 //! (`gemm.cuh`). The launch shape (columns per block, warps, K split) is a function of the
-//! weight's shape alone, picked from the H200 micro-benchmark (`scripts/bench/
-//! cuda_kernel_bench.cu`), so a row's bits never depend on how many rows a call has.
+//! weight's shape alone (`backend/cuda_shapes.rs`, picked from the H200 micro-benchmark
+//! `scripts/bench/cuda_kernel_bench.cu`), so a row's bits never depend on how many rows a call
+//! has.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,28 +14,11 @@ use candle_core::{CpuStorage, CudaDevice, CudaStorage, CustomOp2, DType, Layout,
 use half::bf16;
 
 use super::{cpu_only, msg, row_stride, view, ROWS_MAX};
+use crate::backend::cuda_shapes::{gemm_plan as plan, SPLIT_TILES_MAX};
 
 /// `x[.., k] · w[n, k]ᵀ -> [.., n]` for at most [`ROWS_MAX`] rows; x and w of one dtype,
 /// x rows at a unit inner stride, w contiguous.
 pub struct RowsGemm;
-
-/// bf16 launch shape for an `[n, k]` weight: (8-column tiles per block, warps, K ranges).
-/// Measured on the H200 at Qwen3-8B's shapes (GB/s of weights streamed, 1 row): wide outputs
-/// (gate/up 24576, the LM head) 4 tiles x 4 warps (3832 / 4164, was 3364 / 4019 with 8 warps);
-/// the fused qkv (6144) 2 x 8 (2829); narrow ones (o and down, 4096) too few blocks to fill the
-/// 132 SMs, so K is cut into 4 ranges summed in order by the last block (o 2508, down 3301,
-/// were 1988 / 2332).
-fn plan(n: usize, k: usize) -> (usize, usize, usize) {
-    match (n, k) {
-        (n, _) if n >= 16384 => (4, 4, 1),
-        (n, _) if n >= 6144 => (2, 8, 1),
-        (_, k) if k >= 2048 => (2, 4, 4),
-        _ => (1, 8, 1),
-    }
-}
-
-/// Column tiles a split launch may have (the counters below); wider outputs never split.
-const SPLIT_TILES_MAX: usize = 16384 / 16;
 
 /// Per device: zeroed arrival counters of split launches (each launch's last block resets its
 /// tile's counter, so they are zero again between launches on the one stream).
@@ -174,25 +158,5 @@ impl CustomOp2 for RowsGemm {
             other => return Err(msg(format!("gemm: {other:?} is not supported"))),
         };
         Ok((slice, Shape::from(od)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::plan;
-
-    #[test]
-    fn launch_shape_depends_on_the_weight_alone() {
-        assert_eq!(plan(151936, 4096), (4, 4, 1));
-        assert_eq!(plan(24576, 4096), (4, 4, 1));
-        assert_eq!(plan(6144, 4096), (2, 8, 1));
-        assert_eq!(plan(4096, 12288), (2, 4, 4));
-        assert_eq!(plan(4096, 4096), (2, 4, 4));
-        assert_eq!(plan(64, 64), (1, 8, 1));
-        // every split launch fits the counters
-        for n in (8..16384).step_by(8) {
-            let (nt, _, s) = plan(n, 4096);
-            assert!(s == 1 || n.div_ceil(8 * nt) <= super::SPLIT_TILES_MAX);
-        }
     }
 }

@@ -11,6 +11,7 @@ use candle_core::{
 use half::bf16;
 
 use super::{cpu_only, msg, row_stride, suffix, view};
+use crate::backend::cuda_shapes::{norm_threads, NORM_CH};
 
 /// Index of the largest value of each row of `x[.., n]` (u32, shape `[..]`), first on ties.
 pub struct ArgmaxRows;
@@ -177,15 +178,6 @@ pub fn row_levels(l: &Layout) -> Option<(i64, i64, i64)> {
         [(_, so), (n, si)] => Some((*n as i64, *si as i64, *so as i64)),
         _ => None,
     }
-}
-
-/// Chunks of 8 values a norm thread keeps in registers (`NORM_CH` in rows.cuh).
-const NORM_CH: usize = 4;
-
-/// Threads of a norm block for rows of `h` (from h alone: a row's reduction order then never
-/// depends on the call): one chunk of 8 per thread up to 512 threads, whole warps.
-fn norm_threads(h: usize) -> usize {
-    h.div_ceil(8).next_multiple_of(32).clamp(32, 512)
 }
 
 /// Launches `add_rms_norm_{sfx}`: `r` (residual) and `sum` absent for a plain norm. Returns the
