@@ -233,23 +233,34 @@ impl Tokenizer {
                 template_src = template_field(&c)?.map(|s| (s, "chat_template.json"));
             }
         }
-        let chat_template = template_src
+        let template =
+            template_src.map(|(src, origin)| (src, dir.join(origin).display().to_string()));
+        Self::assemble(inner, bos_token, eos_token, None, template, config_eos)
+    }
+
+    /// The tokenizer from its parts: the chat template `(source, origin)` compiled with the bos
+    /// / eos strings (an error names its origin), and the eos set from `config_eos` and the
+    /// known end-of-turn tokens. Both loaders (directory, GGUF) end here.
+    fn assemble(
+        inner: tokenizers::Tokenizer,
+        bos_token: Option<String>,
+        eos_token: Option<String>,
+        prepend_bos: Option<u32>,
+        template: Option<(String, String)>,
+        config_eos: Vec<u32>,
+    ) -> Result<Self, TokenizerError> {
+        let chat_template = template
             .map(|(src, origin)| {
-                ChatTemplate::new(&src, bos_token.clone(), eos_token.clone()).map_err(|source| {
-                    TokenizerError::Template {
-                        origin: dir.join(origin).display().to_string(),
-                        source,
-                    }
-                })
+                ChatTemplate::new(&src, bos_token.clone(), eos_token.clone())
+                    .map_err(|source| TokenizerError::Template { origin, source })
             })
             .transpose()?;
-
         let mut tok = Tokenizer {
             inner,
             eos_ids: Vec::new(),
             bos_token,
             eos_token,
-            prepend_bos: None,
+            prepend_bos,
             chat_template,
         };
         tok.init_eos(config_eos);

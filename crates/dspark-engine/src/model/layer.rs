@@ -256,6 +256,23 @@ impl<B: Backend> DecoderLayer<B> {
         b.rms_norm(x, &self.input_norm, self.shape.eps)
     }
 
+    /// Projected `y [bs, L, n_heads * d]` (plus the bias) as heads `[bs, L, n_heads, d]`.
+    fn split_heads(
+        &self,
+        b: &B,
+        y: B::Tensor,
+        bias: &Option<B::Tensor>,
+        n_heads: usize,
+    ) -> BResult<B::Tensor> {
+        let dims = b.dims(&y);
+        let (bs, l) = (dims[0], dims[1]);
+        let y = match bias {
+            Some(bias) => b.add(&y, bias)?,
+            None => y,
+        };
+        b.reshape(&y, &[bs, l, n_heads, self.shape.head_dim])
+    }
+
     /// Projected `y [bs, L, n_heads * d]` -> `[bs, n_heads, L, d]` (bias, per-head norm).
     fn heads(
         &self,
@@ -265,13 +282,7 @@ impl<B: Backend> DecoderLayer<B> {
         n_heads: usize,
         norm: &Option<B::Tensor>,
     ) -> BResult<B::Tensor> {
-        let dims = b.dims(&y);
-        let (bs, l) = (dims[0], dims[1]);
-        let mut y = y;
-        if let Some(bias) = bias {
-            y = b.add(&y, bias)?;
-        }
-        let y = b.reshape(&y, &[bs, l, n_heads, self.shape.head_dim])?;
+        let y = self.split_heads(b, y, bias, n_heads)?;
         let y = match norm {
             Some(nw) => b.rms_norm(&y, nw, self.shape.eps)?,
             None => y,
@@ -292,13 +303,7 @@ impl<B: Backend> DecoderLayer<B> {
         rope: &B::Rope,
         start: usize,
     ) -> BResult<B::Tensor> {
-        let dims = b.dims(&y);
-        let (bs, l) = (dims[0], dims[1]);
-        let mut y = y;
-        if let Some(bias) = bias {
-            y = b.add(&y, bias)?;
-        }
-        let y = b.reshape(&y, &[bs, l, n_heads, self.shape.head_dim])?;
+        let y = self.split_heads(b, y, bias, n_heads)?;
         b.norm_rope(y, norm.as_ref().map(|w| (w, self.shape.eps)), rope, start)
     }
 

@@ -15,7 +15,6 @@ use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::{AddedToken, SplitDelimiterBehavior};
 
 use super::{Tokenizer, TokenizerError};
-use crate::chat_template::ChatTemplate;
 
 /// GGUF `tokenizer.ggml.token_type` values that mark added tokens.
 const TOKEN_TYPE_CONTROL: i32 = 3;
@@ -198,28 +197,19 @@ impl Tokenizer {
         let name = |id: Option<u32>| id.and_then(|i| meta.tokens.get(i as usize).cloned());
         let bos_token = name(bos_id);
         let eos_token = name(eos_id);
-        let chat_template = meta
+        let template = meta
             .chat_template
-            .as_deref()
-            .map(|src| {
-                ChatTemplate::new(src, bos_token.clone(), eos_token.clone()).map_err(|source| {
-                    TokenizerError::Template {
-                        origin: "GGUF `tokenizer.chat_template`".into(),
-                        source,
-                    }
-                })
-            })
-            .transpose()?;
-        let mut tok = Tokenizer {
+            .clone()
+            .map(|src| (src, "GGUF `tokenizer.chat_template`".to_string()));
+        let prepend_bos = if meta.add_bos { bos_id } else { None };
+        Self::assemble(
             inner,
-            eos_ids: Vec::new(),
             bos_token,
             eos_token,
-            prepend_bos: if meta.add_bos { bos_id } else { None },
-            chat_template,
-        };
-        tok.init_eos(eos_id.into_iter().collect());
-        Ok(tok)
+            prepend_bos,
+            template,
+            eos_id.into_iter().collect(),
+        )
     }
 
     /// Reads the GGUF header of `path` (no tensor data) and builds the tokenizer from it.

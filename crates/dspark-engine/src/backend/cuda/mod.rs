@@ -57,7 +57,7 @@ mod rows;
 pub use attention::CacheAttention;
 pub use gemm::RowsGemm;
 pub use rope::NormRope;
-pub use rows::{row_levels, AddRmsNorm, ArgmaxRows, RmsNorm, Swiglu};
+pub use rows::{AddRmsNorm, ArgmaxRows, RmsNorm, Swiglu};
 
 /// Host-side settings for a device candle drives on one stream, made before any tensor exists:
 /// - per-buffer event tracking off: candle runs every op, cuBLAS call and copy on its one
@@ -107,12 +107,17 @@ fn suffix(dt: DType, op: &str) -> Result<&'static str> {
     }
 }
 
-/// The one stride between consecutive rows of `l` (rows = all dims but the last, which must have
-/// a unit stride): that of its one non-unit leading dim, or the row length when contiguous.
-fn row_stride(l: &Layout, op: &str) -> Result<i64> {
+/// Rows of `l` (all dims but the last, which has a unit stride) as two levels of strides:
+/// `(inner count, inner stride, outer stride)`; `None` when they need more.
+pub fn row_levels(l: &Layout) -> Option<(i64, i64, i64)> {
     let (d, s) = (l.dims(), l.stride());
-    if s.last() != Some(&1) {
-        return Err(msg(format!("{op}: rows need a unit inner stride")));
+    let h = *d.last()?;
+    if s.last() != Some(&1) && h > 1 {
+        return None;
+    }
+    if l.is_contiguous() {
+        let rows: usize = d[..d.len() - 1].iter().product();
+        return Some((rows.max(1) as i64, h as i64, 0));
     }
     let lead: Vec<(usize, usize)> = d[..d.len() - 1]
         .iter()
@@ -121,9 +126,23 @@ fn row_stride(l: &Layout, op: &str) -> Result<i64> {
         .map(|(&n, &st)| (n, st))
         .collect();
     match lead.as_slice() {
-        [] => Ok(*d.last().unwrap_or(&1) as i64),
-        [(_, st)] => Ok(*st as i64),
-        _ if l.is_contiguous() => Ok(*d.last().unwrap_or(&1) as i64),
+        [] => Some((1, h as i64, 0)),
+        [(n, st)] => Some((*n as i64, *st as i64, 0)),
+        [(_, so), (n, si)] => Some((*n as i64, *si as i64, *so as i64)),
+        _ => None,
+    }
+}
+
+/// The one stride between consecutive rows of `l` (rows = all dims but the last, which must have
+/// a unit stride): that of its one non-unit leading dim, or the row length when contiguous.
+fn row_stride(l: &Layout, op: &str) -> Result<i64> {
+    if l.stride().last() != Some(&1) {
+        return Err(msg(format!("{op}: rows need a unit inner stride")));
+    }
+    let d = l.dims();
+    let rows: usize = d[..d.len() - 1].iter().product();
+    match row_levels(l) {
+        Some((n, st, 0)) if n as usize == rows.max(1) => Ok(st),
         _ => Err(msg(format!("{op}: rows must share one stride"))),
     }
 }

@@ -10,7 +10,7 @@ use candle_core::{
 };
 use half::bf16;
 
-use super::{cpu_only, msg, row_stride, suffix, view};
+use super::{cpu_only, msg, row_levels, row_stride, suffix, view};
 use crate::backend::cuda_shapes::{norm_threads, NORM_CH};
 
 /// Index of the largest value of each row of `x[.., n]` (u32, shape `[..]`), first on ties.
@@ -153,32 +153,6 @@ struct NormRows {
 
 // SAFETY: plain old data with the C layout the kernel reads.
 unsafe impl DeviceRepr for NormRows {}
-
-/// Rows of `l` (all dims but the last, which has a unit stride) as two levels of strides:
-/// `(inner count, inner stride, outer stride)`; `None` when they need more.
-pub fn row_levels(l: &Layout) -> Option<(i64, i64, i64)> {
-    let (d, s) = (l.dims(), l.stride());
-    let h = *d.last()?;
-    if s.last() != Some(&1) && h > 1 {
-        return None;
-    }
-    if l.is_contiguous() {
-        let rows: usize = d[..d.len() - 1].iter().product();
-        return Some((rows.max(1) as i64, h as i64, 0));
-    }
-    let lead: Vec<(usize, usize)> = d[..d.len() - 1]
-        .iter()
-        .zip(&s[..s.len() - 1])
-        .filter(|(&n, _)| n > 1)
-        .map(|(&n, &st)| (n, st))
-        .collect();
-    match lead.as_slice() {
-        [] => Some((1, h as i64, 0)),
-        [(n, st)] => Some((*n as i64, *st as i64, 0)),
-        [(_, so), (n, si)] => Some((*n as i64, *si as i64, *so as i64)),
-        _ => None,
-    }
-}
 
 /// Launches `add_rms_norm_{sfx}`: `r` (residual) and `sum` absent for a plain norm. Returns the
 /// output buffer: `y` alone, or `sum` then `y`.
