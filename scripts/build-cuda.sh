@@ -33,16 +33,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 ROOT=$PWD
-TK=${CUDATK:-$ROOT/target/cudatk}
-if [ ! -x "$TK/nvidia/cu13/bin/nvcc" ]; then
-  mkdir -p "$TK/wheels"
-  python3 -m pip download --no-deps -q -d "$TK/wheels" nvidia-cuda-nvcc==13.0.88 nvidia-cuda-runtime==13.0.96 \
-    nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85 nvidia-nvvm==13.0.88
-  for w in "$TK"/wheels/*.whl; do python3 -m zipfile -e "$w" "$TK"; done
-  chmod +x "$TK"/nvidia/cu13/bin/* "$TK"/nvidia/cu13/nvvm/bin/* 2>/dev/null || true
-fi
-CU=$TK/nvidia/cu13
-ln -sf libcudart.so.13 "$CU/lib/libcudart.so"
+CU=$(bash scripts/cuda-toolkit.sh)
 
 # shadow workspace: the working tree's files (tracked + untracked-not-ignored), or a commit's
 # with --rev; synced by content, so unchanged files keep their mtimes and are not rebuilt
