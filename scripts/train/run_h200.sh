@@ -36,7 +36,7 @@ else
         stamp "smoke: full-size batch on the small data set, then a 2-prompt evaluation"
         if "$PY" "$CODE/train.py" --gguf-dir "$W" --data "$W/smoke_u16.npz" --out "$W/smoke" --device "$DEVICE" \
                 --max-steps 3 --log-every 1 --batch "${TRAIN_BATCH:-48}" --anchors "${TRAIN_ANCHORS:-64}" \
-                > "$W/smoke.log" 2>&1 \
+                ${TRAIN_ARGS:-} > "$W/smoke.log" 2>&1 \
             && "$PY" "$CODE/evaluate.py" --gguf-dir "$W" --mtbench "$ART/question.jsonl" \
                 --humaneval "$ART/HumanEval.jsonl.gz" --drafter "dflash16=$W/smoke/dflash" \
                 --drafter "dflash8=$W/smoke/dflash:8" --drafter "dspark=$W/smoke/dspark" --limit 2 \

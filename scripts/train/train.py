@@ -215,6 +215,8 @@ def main():
     ap.add_argument("--dflash-layers", type=int, default=1)
     ap.add_argument("--dspark-layers", type=int, default=1)
     ap.add_argument("--intermediate", type=int, default=1536)
+    ap.add_argument("--dflash-intermediate", type=int, default=0, help="DFlash MLP width (0: --intermediate)")
+    ap.add_argument("--dspark-intermediate", type=int, default=0, help="DSpark MLP width (0: --intermediate)")
     ap.add_argument("--dflash-block", type=int, default=16)
     ap.add_argument("--dflash-alt-block", type=int, default=8, help="every other step's DFlash block (0: none)")
     ap.add_argument("--dspark-block", type=int, default=7)
@@ -258,10 +260,10 @@ def main():
     V, Ht = emb.shape
     nets, opts, params = {}, {}, {}
     if "dflash" in which:
-        cfg = common.base_config(a.dflash_layers, a.intermediate, a.dflash_block, vocab=V, hidden=Ht)
+        cfg = common.base_config(a.dflash_layers, a.dflash_intermediate or a.intermediate, a.dflash_block, vocab=V, hidden=Ht)
         nets["dflash"] = (common.KvInjectionNet(cfg, Ht).to(dev), None, cfg)
     if "dspark" in which:
-        cfg = common.base_config(a.dspark_layers, a.intermediate, a.dspark_block, vocab=V, hidden=Ht)
+        cfg = common.base_config(a.dspark_layers, a.dspark_intermediate or a.intermediate, a.dspark_block, vocab=V, hidden=Ht)
         nets["dspark"] = (common.KvInjectionNet(cfg, Ht).to(dev),
                           common.DSparkHeads(V, Ht, a.markov_rank).to(dev), cfg)
     init = dict(zip(["dflash", "dspark"], a.init.split(","))) if a.init else {}
