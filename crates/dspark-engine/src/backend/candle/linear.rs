@@ -67,6 +67,49 @@ fn owned_params(dtype: DType, bytes: &[u8]) -> OwnedParams {
     }
 }
 
+/// A CPU weight whose data starts on a 64-byte line (same values, same shape): the GEMV
+/// kernels' vector loads then never straddle two cache lines (every row of a `[n, k]` weight
+/// with `k` a multiple of 16 starts on a line too). The global allocator only promises 16
+/// bytes for large blocks, so the data is copied once, at load, into a buffer with a few
+/// elements of slack in front and viewed from the first aligned one.
+fn aligned(t: Tensor) -> BResult<Tensor> {
+    /// `src` copied after enough default elements that it starts on a line, and their count;
+    /// `None` when `src` already does.
+    fn realign<T: Copy + Default>(src: &[T]) -> Option<(Vec<T>, usize)> {
+        if (src.as_ptr() as usize).is_multiple_of(64) {
+            return None;
+        }
+        let size = std::mem::size_of::<T>();
+        let mut v: Vec<T> = Vec::with_capacity(src.len() + 64 / size);
+        let pad = (64 - v.as_ptr() as usize % 64) % 64 / size;
+        v.resize(pad, T::default());
+        v.extend_from_slice(src);
+        Some((v, pad))
+    }
+    if !t.device().is_cpu() || !t.is_contiguous() {
+        return Ok(t);
+    }
+    let (dims, n) = (t.dims().to_vec(), t.elem_count());
+    let copied = {
+        let (s, l) = t.storage_and_layout();
+        let o = l.start_offset();
+        match &*s {
+            candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)) => realign(&v[o..o + n])
+                .map(|(v, pad)| (Tensor::from_vec(v, pad + n, &Device::Cpu), pad)),
+            candle_core::Storage::Cpu(candle_core::CpuStorage::BF16(v)) => realign(&v[o..o + n])
+                .map(|(v, pad)| (Tensor::from_vec(v, pad + n, &Device::Cpu), pad)),
+            _ => None,
+        }
+    };
+    match copied {
+        None => Ok(t),
+        Some((flat, pad)) => flat
+            .and_then(|f| f.narrow(0, pad, n))
+            .and_then(|f| f.reshape(dims))
+            .map_err(err),
+    }
+}
+
 fn our_block_format(d: GgmlDType) -> Option<QFormat> {
     match d {
         GgmlDType::Q8_0 => Some(QFormat::Q8_0),
@@ -150,10 +193,17 @@ impl CandleBackend {
         } = host
         {
             if self.cpu_kernels() {
-                return self.dense_f32_host(host).map(CandleLinear::Dense);
+                return self
+                    .dense_f32_host(host)
+                    .and_then(aligned)
+                    .map(CandleLinear::Dense);
             }
         }
-        self.device_tensor(host).map(CandleLinear::Dense)
+        let t = self.device_tensor(host)?;
+        if self.cpu_kernels() {
+            return aligned(t).map(CandleLinear::Dense);
+        }
+        Ok(CandleLinear::Dense(t))
     }
 
     /// `x[.., in] @ w^T`.
@@ -248,4 +298,36 @@ fn on_f32(x: &Tensor, op: &impl candle_core::CustomOp1) -> BResult<Tensor> {
         .and_then(|x| x.apply_op1_no_bwd(op))
         .and_then(|y| y.to_dtype(x.dtype()))
         .map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whatever offset the data starts at, the weight comes back on a 64-byte line with the
+    /// same shape and values.
+    #[test]
+    fn aligned_weights_start_on_a_line_with_the_same_values() {
+        let vals: Vec<f32> = (0..4 * 48 + 5).map(|i| i as f32 * 0.5 - 7.0).collect();
+        for skip in 0..5 {
+            let t = Tensor::from_vec(vals.clone(), vals.len(), &Device::Cpu)
+                .and_then(|t| t.narrow(0, skip, 4 * 48))
+                .and_then(|t| t.reshape((4, 48)))
+                .unwrap();
+            let a = aligned(t).unwrap();
+            assert_eq!(a.dims(), &[4, 48]);
+            let (s, l) = a.storage_and_layout();
+            let candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)) = &*s else {
+                panic!("not f32 on the cpu");
+            };
+            assert_eq!(
+                (v[l.start_offset()..].as_ptr() as usize) % 64,
+                0,
+                "skip {skip}"
+            );
+            drop(s);
+            let got: Vec<f32> = a.flatten_all().unwrap().to_vec1().unwrap();
+            assert_eq!(got, vals[skip..skip + 4 * 48]);
+        }
+    }
 }
