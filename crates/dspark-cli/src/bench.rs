@@ -18,6 +18,7 @@ use serde_json::json;
 mod forced;
 mod oracle;
 mod prefix;
+mod prompts;
 
 use dspark_engine::launch::{self, LaunchBackend, LaunchSpec, OnBackend};
 
@@ -30,9 +31,24 @@ pub struct BenchArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub spec: SpecArgs,
-    /// Number of prompts (MT-Bench first turns when fetched, else built-in prompts).
+    /// Number of prompts (of --prompt-set).
     #[arg(long, default_value_t = 5)]
     pub prompts: usize,
+    /// Held-out prompt set: mtbench (first turns when fetched, else built-in prompts) or
+    /// humaneval (each task's prompt as the user turn).
+    #[arg(long, default_value = "mtbench")]
+    pub prompt_set: String,
+    /// Sample at this temperature instead of greedy decoding (0 = greedy). Prompt i uses seed
+    /// --seed + i in both the baseline and the speculative run; sampled runs are exact samples
+    /// of the same distribution, not the same tokens, so "greedy_identical" is left out.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Nucleus cut when sampling.
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// First prompt's seed when sampling.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
     /// New tokens per prompt.
     #[arg(long, default_value_t = 128)]
     pub max_tokens: usize,
@@ -72,30 +88,17 @@ pub struct BenchArgs {
     pub oracle_tau: Vec<f64>,
 }
 
-const BUILTIN: [&str; 6] = [
-    "Explain how rainbows form, in a few sentences.",
-    "Write a Python function that checks whether a number is prime.",
-    "What are the main differences between a list and a tuple in Python?",
-    "Summarize the plot of Romeo and Juliet in three sentences.",
-    "Give me three tips for staying focused while studying.",
-    "Describe the water cycle to a ten-year-old.",
-];
-
-fn prompts(n: usize) -> Vec<String> {
-    let mt = dspark_hub::paths::artefact_dir().join("mtbench/question.jsonl");
-    let mut v: Vec<String> = std::fs::read_to_string(mt)
-        .map(|t| {
-            t.lines()
-                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                .filter_map(|q| q["turns"][0].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    if v.is_empty() {
-        v = BUILTIN.iter().map(|s| s.to_string()).collect();
+/// Prompt `i`'s sampling: greedy, or --temperature / --top-p with seed --seed + i.
+fn bench_sampling(a: &BenchArgs, i: usize) -> SamplingParams {
+    if a.temperature <= 0.0 {
+        return SamplingParams::greedy();
     }
-    v.truncate(n.max(1));
-    v
+    SamplingParams {
+        temperature: a.temperature,
+        top_p: a.top_p,
+        seed: Some(a.seed.wrapping_add(i as u64)),
+        ..SamplingParams::default()
+    }
 }
 
 /// Host memory read bandwidth (GB/s): the best of 5 passes reading a 512 MiB buffer with
@@ -210,7 +213,7 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
         sampling: SamplingParams::greedy(),
         eos: vec![],
     };
-    let texts = prompts(a.prompts);
+    let texts = prompts::load(&a.prompt_set, a.prompts)?;
     let tok = pipe.target.tokenizer.clone();
     let ids: Vec<Vec<u32>> = if let Some(f) = &a.prompt_ids {
         let text =
@@ -277,14 +280,18 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
     let (mut cpu_base, mut cpu_spec) = (0.0, 0.0);
     for (i, p) in ids.iter().enumerate() {
         let c0 = process_cpu_secs();
-        let rb = pipe.generate_baseline(p, &params, &mut Vec::new())?;
+        let run_params = GenParams {
+            sampling: bench_sampling(&a, i),
+            ..params.clone()
+        };
+        let rb = pipe.generate_baseline(p, &run_params, &mut Vec::new())?;
         cpu_base += process_cpu_secs() - c0;
         add_ops(&mut prof_base, profile::take());
         eprintln!("  prompt {i}: baseline {:.1} tok/s", rb.tokens_per_sec());
         base_ids.push(rb.tokens.clone());
         if spec_on {
             let c0 = process_cpu_secs();
-            let rs = pipe.generate(p, &params, &mut Vec::new())?;
+            let rs = pipe.generate(p, &run_params, &mut Vec::new())?;
             cpu_spec += process_cpu_secs() - c0;
             add_ops(&mut prof_spec, profile::take());
             identical += usize::from(rs.tokens == rb.tokens);
@@ -317,6 +324,7 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
         "device": b.device_label(),
         "dtype": format!("{:?}", b.compute_dtype()),
         "prompts": ids.len(),
+        "prompt_set": if a.prompt_ids.is_some() { "--prompt-ids" } else { a.prompt_set.as_str() },
         "max_tokens": a.max_tokens,
         "keep_quantized": ls.keep_quantized,
         "baseline": {"tok_s": base_tps, "decode_tok_s": base_decode_tps, "prefill_tok_s": prefill_tps,
@@ -350,19 +358,31 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
         let tau = (ss.tokens - spec.len()) as f64 / ss.rounds.max(1) as f64;
         let ratio = tps / base_tps;
         let cpu_ratio = (cpu_base / bs.tokens as f64) / (cpu_spec / ss.tokens.max(1) as f64);
+        let sampled = a.temperature > 0.0;
+        let same = if sampled {
+            format!("sampled at T = {}", a.temperature)
+        } else {
+            format!("greedy identical {identical}/{}", spec.len())
+        };
         println!(
-            "{:<15} {tps:7.1} tok/s  x{ratio:.2} vs baseline (cpu time x{cpu_ratio:.2}); tau {tau:.2}; achieved/ideal {:.0}%; draft {:.0}% / verify {:.0}% of decode; greedy identical {identical}/{}",
+            "{:<15} {tps:7.1} tok/s  x{ratio:.2} vs baseline (cpu time x{cpu_ratio:.2}); tau {tau:.2}; achieved/ideal {:.0}%; draft {:.0}% / verify {:.0}% of decode; {same}",
             pipe.mode.as_str(),
             100.0 * ratio / tau,
             100.0 * ss.draft / ss.decode_secs,
             100.0 * ss.verify / ss.decode_secs,
-            spec.len()
         );
         out["spec"] = json!({"mode": pipe.mode.as_str(), "drafter": pipe.drafter_name(), "tok_s": tps, "ratio_vs_baseline": ratio,
             "mean_tau": tau, "achieved_over_ideal": ratio / tau, "draft_share": ss.draft / ss.decode_secs,
-            "verify_share": ss.verify / ss.decode_secs, "max_draft": pipe.spec.max_draft, "greedy_identical": identical,
+            "verify_share": ss.verify / ss.decode_secs, "max_draft": pipe.spec.max_draft,
             "pct_of_baseline_ceiling": 100.0 * tps / ceiling, "cpu_ms_per_token": 1e3 * cpu_spec / ss.tokens.max(1) as f64,
             "cpu_time_ratio_vs_baseline": cpu_ratio});
+        if sampled {
+            out["spec"]["temperature"] = json!(a.temperature);
+            out["spec"]["top_p"] = json!(a.top_p);
+            out["spec"]["first_seed"] = json!(a.seed);
+        } else {
+            out["spec"]["greedy_identical"] = json!(identical);
+        }
     }
     if !a.verify_cost.is_empty() {
         out["verify_cost"] = forced::verify_cost(&pipe, &ids[0], &a.verify_cost, 10)?;
