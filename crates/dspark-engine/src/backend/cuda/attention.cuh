@@ -1,5 +1,5 @@
 // Attention over the KV cache in place, one query row and head per block (f32 and bf16, any
-// head size that is a multiple of 16 up to 256), and the merge of its key splits.
+// head size that is a multiple of 16 up to 256), and the combine of its key splits.
 #pragma once
 #include "common.cuh"
 
@@ -7,15 +7,12 @@
 #define KEYS_PER_WARP 32
 #define ATT_WARPS 4
 #define HEAD_MAX 256
-// scratch per (row, head, split): [m, l, 2 unused, acc[d]] f32, so acc rows are 16-byte aligned
-#define SCR_ACC 4
 
 // Attention over the cache in place. Row i of the query block sits at cache row p = off + i and
 // sees keys [lo, hi]: causal lo = 0, hi = p; sliding lo = p - window + 1; none: all lk keys.
 // Split s covers keys [128 s, 128 s + 128); a block computes one (split, head, row): each of its
 // 4 warps scores 32 keys, takes their max and sum of exponentials, and accumulates values key
-// by key; the warps then merge in order. The last block of a (row, head) group to finish
-// merges the group's splits in split order (attn_finish), so one launch does the whole attention.
+// by key; the warps then merge in order. The combine kernel merges the splits in order.
 struct AttnArgs {
     long q_b, q_h, q_r;  // strides (elements) of q over batch, head, row; inner stride 1
     long k_b, k_h, k_r;
@@ -66,10 +63,10 @@ __device__ __forceinline__ void load16(const __nv_bfloat16* p, bool vec, float o
 // One (split, head, row) per block, 4 warps of 32 keys. Scores: LPK = d / 16 lanes share a key
 // (16 dims each, summed over the group in a fixed butterfly), 32 / LPK keys per step, so the
 // loads of a warp's keys are in flight together. Values: lane l owns dims l, l + 32, ...,
-// adding the visible keys in order; the split's (m, l, acc) go to scratch.
+// adding the visible keys in order. scratch per (row, head, split): [m, l, acc[d]] f32.
 template <typename T, int LPK>
-__device__ void attn_split_part(const T* __restrict__ q, const T* __restrict__ k,
-                                const T* __restrict__ v, float* __restrict__ scratch, AttnArgs a) {
+__device__ void attn_split(const T* __restrict__ q, const T* __restrict__ k,
+                           const T* __restrict__ v, float* __restrict__ scratch, AttnArgs a) {
     __shared__ float sc[ATT_WARPS][KEYS_PER_WARP];
     __shared__ float wm[ATT_WARPS], wl[ATT_WARPS];
     __shared__ float wacc[ATT_WARPS][HEAD_MAX];
@@ -80,7 +77,7 @@ __device__ void attn_split_part(const T* __restrict__ q, const T* __restrict__ k
     int lo, hi;
     visible(a, i, lo, hi);
     const long out = (((long)bi * a.lq + i) * a.hq + h) * a.splits + s;
-    float* dst = scratch + out * (a.d + SCR_ACC);
+    float* dst = scratch + out * (a.d + 2);
     const int s_lo = max(lo, s * SPLIT), s_hi = min(hi, s * SPLIT + SPLIT - 1);
     if (s_lo > s_hi) {
         if (threadIdx.x == 0) { dst[0] = -INFINITY; dst[1] = 0.f; }
@@ -149,129 +146,35 @@ __device__ void attn_split_part(const T* __restrict__ q, const T* __restrict__ k
         float r = 0.f;
         for (int w = 0; w < ATT_WARPS; ++w)
             if (wm[w] > -INFINITY) r += wacc[w][dd] * expf(wm[w] - mm);
-        dst[SCR_ACC + dd] = r;
+        dst[2 + dd] = r;
     }
 }
 
-// Rows [0, n) of a block's group, merged over their splits in split order: out[row] (row-major
-// [b, lq, hq, d], row = (b * lq + i) * hq + h) from scratch[row * splits + s]; n * d <= 4 * V *
-// blockDim.x. Per element, the arithmetic is the plain merge's: mm = the max of the splits' m;
-// for s in order, skipping empty splits (m = -inf), f = exp(m - mm), den += l f, num += acc f;
-// out = num / den. It depends only on the row's own splits, whichever block runs it. For
-// throughput the splits' factors are staged in shared memory 32 at a time (a warp per row, a
-// lane per split), and each thread adds 4 consecutive dims of up to V rows with 16-byte L2
-// loads (__ldcg: the splits come from other blocks), several splits' loads in flight.
-template <int V, typename T, typename RowFn>
-__device__ void merge_rows(const float* __restrict__ scratch, T* __restrict__ o, const AttnArgs& a,
-                           int n, RowFn row) {
-    __shared__ float mrow[16], ff[16][32], fl[16][32];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-    const long st = a.d + SCR_ACC;
-    // row maxima (a max is exact in any order)
-    for (int r = warp; r < n; r += nw) {
-        const float* src = scratch + row(r) * a.splits * st;
-        float mm = -INFINITY;
-        for (int s = lane; s < a.splits; s += 32) mm = fmaxf(mm, __ldcg(src + s * st));
-        mm = warp_max(mm);
-        if (lane == 0) mrow[r] = mm;
-    }
-    const int q4 = a.d / 4;
-    float num[V][4], den[V];
-    const float* acc[V];
-#pragma unroll
-    for (int x = 0; x < V; ++x) {
-        num[x][0] = num[x][1] = num[x][2] = num[x][3] = den[x] = 0.f;
-        const int e = threadIdx.x + x * blockDim.x;
-        acc[x] = e < n * q4 ? scratch + row(e / q4) * a.splits * st + SCR_ACC + 4 * (e % q4) : nullptr;
-    }
-    for (int s0 = 0; s0 < a.splits; s0 += 32) {
-        __syncthreads();  // the maxima are in; the previous chunk's factors are consumed
-        for (int r = warp; r < n; r += nw) {
-            const int s = s0 + lane;
-            float f = -1.f, l = 0.f;  // f < 0: an empty split
-            if (s < a.splits) {
-                const float* src = scratch + (row(r) * a.splits + s) * st;
-                const float m = __ldcg(src);
-                l = __ldcg(src + 1);
-                if (m != -INFINITY) f = expf(m - mrow[r]);
-            }
-            ff[r][lane] = f;
-            fl[r][lane] = l;
-        }
-        __syncthreads();
-        const int cn = min(32, a.splits - s0);
-#pragma unroll 4
-        for (int j = 0; j < cn; ++j) {
-#pragma unroll
-            for (int x = 0; x < V; ++x) {
-                if (acc[x] == nullptr) continue;
-                const int r = (threadIdx.x + x * blockDim.x) / q4;
-                const float4 v = __ldcg(reinterpret_cast<const float4*>(acc[x] + (long)(s0 + j) * st));
-                const float f = ff[r][j];
-                if (f < 0.f) continue;
-                den[x] += fl[r][j] * f;
-                num[x][0] += v.x * f;
-                num[x][1] += v.y * f;
-                num[x][2] += v.z * f;
-                num[x][3] += v.w * f;
-            }
-        }
-    }
-#pragma unroll
-    for (int x = 0; x < V; ++x) {
-        if (acc[x] == nullptr) continue;
-        const int e = threadIdx.x + x * blockDim.x;
-        T* out = o + row(e / q4) * a.d + 4 * (e % q4);
-#pragma unroll
-        for (int c = 0; c < 4; ++c) out[c] = from_f<T>(den[x] > 0.f ? num[x][c] / den[x] : 0.f);
-    }
-}
-
-// Called by every thread once the block's splits are in scratch: whether this block is the last
-// of its group (the blocks sharing blockIdx.y and blockIdx.z, one per split) to arrive, in which
-// case it merges the group. One arrival counter per group; the last block resets it, so the
-// counters are zero again for the next launch on the stream.
-__device__ __forceinline__ bool attn_last(unsigned* counters, int splits) {
-    __shared__ bool last;
-    if (splits == 1) {
-        __syncthreads();
-        return true;
-    }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned* c = counters + blockIdx.y + (long)gridDim.y * blockIdx.z;
-        last = atomicAdd(c, 1u) == (unsigned)splits - 1;
-        if (last) *c = 0u;
-    }
-    __syncthreads();
-    if (last) __threadfence();
-    return last;
-}
-
-// One launch: the block's split, then the merge by the group's last block (counters == null:
-// splits only, merged by attn_combine, the two-launch form the micro-benchmark compares).
-template <typename T, int LPK>
-__device__ void attn_split(const T* __restrict__ q, const T* __restrict__ k,
-                           const T* __restrict__ v, float* __restrict__ scratch, T* __restrict__ o,
-                           unsigned* __restrict__ counters, AttnArgs a) {
-    attn_split_part<T, LPK>(q, k, v, scratch, a);
-    if (counters == nullptr || !attn_last(counters, a.splits)) return;
-    const long row = ((long)(blockIdx.z / a.lq) * a.lq + blockIdx.z % a.lq) * a.hq + blockIdx.y;
-    merge_rows<1>(scratch, o, a, 1, [&](int) { return row; });
-}
-
-// The splits of one (row, head) per block merged into out (the two-launch form).
+// out[b, i, h, :] (row-major [b, lq, hq, d]) from the splits of (row, head), merged in order.
 template <typename T>
 __device__ void attn_combine(const float* __restrict__ scratch, T* __restrict__ o, AttnArgs a) {
-    const long row = ((long)(blockIdx.y / a.lq) * a.lq + blockIdx.y % a.lq) * a.hq + blockIdx.x;
-    merge_rows<1>(scratch, o, a, 1, [&](int) { return row; });
+    const int h = blockIdx.x, bi = blockIdx.y / a.lq, i = blockIdx.y % a.lq;
+    const long base = (((long)bi * a.lq + i) * a.hq + h) * a.splits;
+    float mm = -INFINITY;
+    for (int s = 0; s < a.splits; ++s) mm = fmaxf(mm, scratch[(base + s) * (a.d + 2)]);
+    T* orow = o + (((long)bi * a.lq + i) * a.hq + h) * a.d;
+    for (int dd = threadIdx.x; dd < a.d; dd += blockDim.x) {
+        float num = 0.f, den = 0.f;
+        for (int s = 0; s < a.splits; ++s) {
+            const float* src = scratch + (base + s) * (a.d + 2);
+            if (src[0] == -INFINITY) continue;
+            const float f = expf(src[0] - mm);
+            den += src[1] * f;
+            num += src[2 + dd] * f;
+        }
+        orow[dd] = from_f<T>(den > 0.f ? num / den : 0.f);
+    }
 }
 
 #define ATTN_SPLIT(NAME, T, LPK)                                                              \
-    extern "C" __global__ void NAME(const T* q, const T* k, const T* v, float* scratch, T* o,  \
-                                    unsigned* counters, AttnArgs a) {                          \
-        attn_split<T, LPK>(q, k, v, scratch, o, counters, a);                                  \
+    extern "C" __global__ void NAME(const T* q, const T* k, const T* v, float* scratch,        \
+                                    AttnArgs a) {                                              \
+        attn_split<T, LPK>(q, k, v, scratch, a);                                               \
     }
 ATTN_SPLIT(attn_split_f32_l1, float, 1)
 ATTN_SPLIT(attn_split_f32_l2, float, 2)
@@ -289,3 +192,4 @@ extern "C" __global__ void attn_combine_f32(const float* scratch, float* o, Attn
 extern "C" __global__ void attn_combine_bf16(const float* scratch, __nv_bfloat16* o, AttnArgs a) {
     attn_combine<__nv_bfloat16>(scratch, o, a);
 }
+

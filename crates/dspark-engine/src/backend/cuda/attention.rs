@@ -2,18 +2,12 @@
 //! `attention_mma.cuh`). bf16 heads of 64 or 128 with 16-byte aligned rows run on tensor cores,
 //! one block per (key split, kv head, 16-row tile of query rows x the group's query heads), so
 //! each K/V row is read once per kv head; other heads and f32 take one (split, head, row) per
-//! block. Both write the same per-split scratch, and the last block of each group of splits to
-//! finish merges them in split order, so one launch does the whole attention. The scratch and the
-//! groups' arrival counters are per-device buffers kept between calls (one stream: a call's use
-//! of them ends before the next call's starts).
-
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+//! block. Both write the same per-split scratch, merged in split order by one combine kernel.
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda::cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
+use candle_core::cuda::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda::WrapErr;
-use candle_core::{CpuStorage, CudaDevice, CudaStorage, CustomOp3, DType, Layout, Result, Shape};
+use candle_core::{CpuStorage, CudaStorage, CustomOp3, DType, Layout, Result, Shape};
 use half::bf16;
 
 use super::{cpu_only, msg, suffix, view};
@@ -22,61 +16,6 @@ use crate::backend::AttnMask;
 /// Keys per split (the kernels' `SPLIT`): a row's reduction order depends only on the keys it
 /// sees.
 const SPLIT: usize = 128;
-
-/// Floats ahead of a split's values in its scratch entry (`SCR_ACC`: m, l and padding, so the
-/// values are 16-byte aligned).
-const SCR_ACC: usize = 4;
-
-/// Scratch (f32 values) kept per device between calls; a call needing more (a long prefill)
-/// allocates its own for that call.
-const SCRATCH_KEEP: usize = 1 << 25;
-
-/// A device's kept buffers: split scratch (grown on demand up to [`SCRATCH_KEEP`]) and zeroed
-/// arrival counters (grown on demand; each group's last block resets its own, so they are zero
-/// again between launches on the one stream).
-#[derive(Default)]
-struct Kept {
-    scratch: Option<Arc<CudaSlice<f32>>>,
-    counters: Option<Arc<CudaSlice<u32>>>,
-}
-
-/// The buffers one call launches with.
-struct Bufs {
-    scratch: Arc<CudaSlice<f32>>,
-    counters: Arc<CudaSlice<u32>>,
-}
-
-/// Scratch of at least `floats` values and at least `groups` zeroed counters on `dev`. A buffer
-/// replaced by a larger one is freed in stream order, after the launches that used it.
-fn buffers(dev: &CudaDevice, floats: usize, groups: usize) -> Result<Bufs> {
-    static KEPT: Mutex<Option<HashMap<candle_core::cuda::DeviceId, Kept>>> = Mutex::new(None);
-    let mut g = KEPT.lock().unwrap_or_else(|p| p.into_inner());
-    let kept = g
-        .get_or_insert_with(HashMap::new)
-        .entry(dev.id())
-        .or_default();
-    let counters = match &kept.counters {
-        Some(c) if c.len() >= groups => c.clone(),
-        _ => {
-            let c = Arc::new(dev.alloc_zeros::<u32>(groups.next_power_of_two().max(1024))?);
-            kept.counters = Some(c.clone());
-            c
-        }
-    };
-    let scratch = match &kept.scratch {
-        Some(s) if s.len() >= floats => s.clone(),
-        // SAFETY: every value a merge reads is written by its split's block earlier in the launch.
-        _ if floats > SCRATCH_KEEP => Arc::new(unsafe { dev.alloc::<f32>(floats)? }),
-        _ => {
-            let len = floats.next_power_of_two().max(1 << 16);
-            // SAFETY: as above.
-            let s = Arc::new(unsafe { dev.alloc::<f32>(len)? });
-            kept.scratch = Some(s.clone());
-            s
-        }
-    };
-    Ok(Bufs { scratch, counters })
-}
 
 /// Kernel arguments of the attention kernels (layout shared with `AttnArgs` in attention.cuh).
 #[repr(C)]
@@ -211,7 +150,9 @@ impl CustomOp3 for CacheAttention {
             scale: self.scale,
         };
         let dev = qs.device().clone();
-        let cfg = if mma {
+        // SAFETY: every element is written by the kernel below before anything reads it.
+        let scratch = unsafe { dev.alloc::<f32>(b * lq * hq * splits * (d + 2))? };
+        let split_cfg = if mma {
             let tiles = (lq * (hq / hkv)).div_ceil(16);
             LaunchConfig {
                 grid_dim: (splits as u32, hkv as u32, (b * tiles) as u32),
@@ -225,15 +166,17 @@ impl CustomOp3 for CacheAttention {
                 shared_mem_bytes: 0,
             }
         };
-        // one arrival counter per group of splits (grid y x z)
-        let groups = (cfg.grid_dim.1 * cfg.grid_dim.2) as usize;
-        let fused = fused_enabled();
-        let bufs = buffers(&dev, b * lq * hq * splits * (d + SCR_ACC), groups)?;
-        let f = if mma {
+        let comb_cfg = LaunchConfig {
+            grid_dim: (hq as u32, (b * lq) as u32, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let split_fn = if mma {
             func!(dev, &format!("attn_mma_bf16_d{d}"))?
         } else {
             func!(dev, &format!("attn_split_{sfx}_l{}", d / 16))?
         };
+        let comb_fn = func!(dev, &format!("attn_combine_{sfx}"))?;
         macro_rules! run {
             ($t:ty) => {{
                 let (q, k, v) = (
@@ -241,38 +184,24 @@ impl CustomOp3 for CacheAttention {
                     view::<$t>(ks, kl)?,
                     view::<$t>(vs, vl)?,
                 );
-                // SAFETY: every element is written by the merge (fused, or attn_combine's) below.
-                let o = unsafe { dev.alloc::<$t>(b * lq * hq * d)? };
-                let mut bld = f.builder();
+                let mut bld = split_fn.builder();
                 bld.arg(&q);
                 bld.arg(&k);
                 bld.arg(&v);
-                bld.arg(&*bufs.scratch);
-                bld.arg(&o);
-                let null = 0u64;
-                if fused {
-                    bld.arg(&*bufs.counters);
-                } else {
-                    bld.arg(&null);
-                }
+                bld.arg(&scratch);
                 bld.arg(&args);
                 // SAFETY: the arguments match the kernel's signature in attention*.cuh and every buffer
                 // outlives the launch in stream order (one stream; frees are stream-ordered).
-                unsafe { bld.launch(cfg) }.w()?;
-                if !fused {
-                    let comb = func!(dev, &format!("attn_combine_{sfx}"))?;
-                    let cfg = LaunchConfig {
-                        grid_dim: (hq as u32, (b * lq) as u32, 1),
-                        block_dim: (128, 1, 1),
-                        shared_mem_bytes: 0,
-                    };
-                    let mut bld = comb.builder();
-                    bld.arg(&*bufs.scratch);
-                    bld.arg(&o);
-                    bld.arg(&args);
-                    // SAFETY: as above (attn_combine's signature).
-                    unsafe { bld.launch(cfg) }.w()?;
-                }
+                unsafe { bld.launch(split_cfg) }.w()?;
+                // SAFETY: every element is written by the kernel below before anything reads it.
+                let o = unsafe { dev.alloc::<$t>(b * lq * hq * d)? };
+                let mut bld = comb_fn.builder();
+                bld.arg(&scratch);
+                bld.arg(&o);
+                bld.arg(&args);
+                // SAFETY: the arguments match the kernel's signature in attention*.cuh and every buffer
+                // outlives the launch in stream order (one stream; frees are stream-ordered).
+                unsafe { bld.launch(comb_cfg) }.w()?;
                 CudaStorage::wrap_cuda_slice(o, dev.clone())
             }};
         }
@@ -282,13 +211,6 @@ impl CustomOp3 for CacheAttention {
         };
         Ok((out, Shape::from(vec![b, lq, hq, d])))
     }
-}
-
-/// Whether the split kernel's last blocks merge the splits (`DSPARK_CUDA_ATTN_FUSED=0`: a second
-/// launch, `attn_combine`, does, with the same arithmetic and bits; for side-by-side runs).
-fn fused_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("DSPARK_CUDA_ATTN_FUSED").map_or(true, |v| v != "0"))
 }
 
 /// Whether bf16 attention may take the tensor-core kernel (`DSPARK_CUDA_ATTN_MMA=0` keeps the

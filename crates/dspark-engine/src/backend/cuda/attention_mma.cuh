@@ -8,16 +8,14 @@
 // each: scores S = Q K^T by MMA (f32 accumulate), scaled and masked per row; p = exp(s - max)
 // rounded to bf16 (the row sum adds the rounded values); O = P V by MMA with the warp's V rows
 // staged in shared memory. The warps merge in warp order and write the split's (max, sum, acc)
-// in attn_split's scratch layout; the last block of the (kv head, tile) group to arrive merges
-// the tile's rows over the splits in split order (merge_rows). A row's numbers depend only
+// in attn_split's scratch layout, so attn_combine merges the splits. A row's numbers depend only
 // on its own query, the keys it sees and the split grid: invisible keys enter as p = 0 and keys
 // past lk as zero vectors, and MMA rows never mix, so a verify row is the decode step's bits.
 // Q, K and V rows must be 16-byte aligned (the host checks).
 template <int D>
-__device__ void attn_mma_part(const __nv_bfloat16* __restrict__ q,
-                              const __nv_bfloat16* __restrict__ k,
-                              const __nv_bfloat16* __restrict__ v, float* __restrict__ scratch,
-                              AttnArgs a) {
+__device__ void attn_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
+                         const __nv_bfloat16* __restrict__ v, float* __restrict__ scratch,
+                         AttnArgs a) {
     constexpr int KC = D / 32;  // 32-dim chunks of the score MMAs
     constexpr int DN = D / 8;   // 8-dim tiles of the output
     constexpr int VS = D + 8;   // staged V row stride (bf16): 16 bytes of padding against bank conflicts
@@ -30,7 +28,7 @@ __device__ void attn_mma_part(const __nv_bfloat16* __restrict__ q,
     const int r_end = min(R, tile * 16 + 16);
     auto dst = [&](int r) {
         const long out = (((long)bi * a.lq + r / G) * a.hq + kvh * G + r % G) * a.splits + s;
-        return scratch + out * (D + SCR_ACC);
+        return scratch + out * (D + 2);
     };
     const int s0 = s * SPLIT, s1 = s0 + SPLIT - 1;
     bool any = false;
@@ -169,7 +167,7 @@ __device__ void attn_mma_part(const __nv_bfloat16* __restrict__ q,
             den += wl[w][rl] * f;
         }
         float* d = dst(r);
-        d[SCR_ACC + dd] = num;
+        d[2 + dd] = num;
         if (dd == 0) {
             d[0] = mm;
             d[1] = den;
@@ -177,29 +175,11 @@ __device__ void attn_mma_part(const __nv_bfloat16* __restrict__ q,
     }
 }
 
-// One launch: the block's split, then the merge of the tile's rows by the group's last block
-// (counters == null: splits only, for attn_combine).
-template <int D>
-__device__ void attn_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
-                         const __nv_bfloat16* __restrict__ v, float* __restrict__ scratch,
-                         __nv_bfloat16* __restrict__ o, unsigned* __restrict__ counters,
-                         AttnArgs a) {
-    attn_mma_part<D>(q, k, v, scratch, a);
-    if (counters == nullptr || !attn_last(counters, a.splits)) return;
-    const int G = a.hq / a.hkv, R = a.lq * G, tiles = (R + 15) / 16;
-    const int kvh = blockIdx.y, bi = blockIdx.z / tiles, r0 = (blockIdx.z % tiles) * 16;
-    merge_rows<16 * D / 4 / 128>(scratch, o, a, min(16, R - r0), [&](int rl) {
-        const int r = r0 + rl;
-        return ((long)bi * a.lq + r / G) * a.hq + kvh * G + r % G;
-    });
-}
-
 #define ATTN_MMA(D)                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                         \
         attn_mma_bf16_d##D(const __nv_bfloat16* q, const __nv_bfloat16* k,                    \
-                           const __nv_bfloat16* v, float* scratch, __nv_bfloat16* o,          \
-                           unsigned* counters, AttnArgs a) {                                  \
-        attn_mma<D>(q, k, v, scratch, o, counters, a);                                        \
+                           const __nv_bfloat16* v, float* scratch, AttnArgs a) {              \
+        attn_mma<D>(q, k, v, scratch, a);                                                     \
     }
 ATTN_MMA(64)
 ATTN_MMA(128)

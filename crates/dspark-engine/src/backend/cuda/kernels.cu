@@ -8,8 +8,7 @@
 //   - gemm.cuh: y = x W^T for up to 16 rows on bf16 tensor cores (m16n8k16, f32 accumulate),
 //     with an optional fixed split of K over blocks; an f32 variant on CUDA cores.
 //   - attention.cuh: attention over the KV cache in place, one (row, head) per block, keys in
-//     fixed 128-key splits counted from cache row 0, merged in split order by the last block of
-//     each group to finish (one launch; attn_combine is the two-launch form the bench compares).
+//     fixed 128-key splits counted from cache row 0, and the combine of the splits.
 //   - attention_mma.cuh: the same splits on tensor cores for bf16, every query head and row of
 //     a kv head in one tile, so each K/V row is read once per kv head.
 //   - rows.cuh: argmax (the host's rule), SwiGLU over strided halves, RMSNorm with the

@@ -5,9 +5,8 @@
 //! - [`RowsGemm`] (`gemm.rs`): `x · wᵀ` for up to [`ROWS_MAX`] rows (bf16 tensor cores, with a
 //!   fixed split of K over blocks for narrow outputs; f32 on CUDA cores);
 //! - [`CacheAttention`] (`attention.rs`): attention reading the KV cache views in place (no
-//!   copies), fixed 128-key splits merged in one launch by each group's last block, on tensor
-//!   cores for bf16 heads of 64/128 (all query heads of a kv head in one tile); output laid out
-//!   `[b, l, h, d]` so the layer's transpose is free;
+//!   copies), fixed 128-key splits, on tensor cores for bf16 heads of 64/128 (all query heads of
+//!   a kv head in one tile); output laid out `[b, l, h, d]` so the layer's transpose is free;
 //! - [`ArgmaxRows`], [`Swiglu`], [`RmsNorm`], [`AddRmsNorm`] (`rows.rs`): argmax per row on the
 //!   device, `silu(gate) · up` over strided halves, RMSNorm alone or with the residual add fused
 //!   in front;
