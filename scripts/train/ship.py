@@ -41,6 +41,13 @@ def stage_seconds(log_text):
     return out
 
 
+def write_config(dir_, cfg):
+    """The run's config, in the shipped files' layout (two-space indent, trailing newline)."""
+    with open(os.path.join(dir_, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+
+
 def main():
     run = sys.argv[1]
     ev = json.load(open(os.path.join(run, "ckpt", "eval.json")))
@@ -52,8 +59,13 @@ def main():
     for kind, name in (("dflash", NAMES["dflash16"]), ("dspark", NAMES["dspark"])):
         shutil.copyfile(os.path.join(run, f"{kind}.safetensors"), os.path.join(dst, name, "model.safetensors"))
         cfg = json.load(open(os.path.join(run, "ckpt", kind, "config.json")))
-        old = json.load(open(os.path.join(dst, name, "config.json")))
-        assert cfg == old, f"{name}: the run's config differs from the shipped one"
+        write_config(os.path.join(dst, name), cfg)
+        if kind == "dflash":
+            # the block-8 drafter is the same weights (a link) under a config with block_size 8
+            b8 = json.loads(json.dumps(cfg))
+            b8["block_size"] = 8
+            b8["dflash_config"]["block_size"] = 8
+            write_config(os.path.join(dst, NAMES["dflash8"]), b8)
     shutil.copyfile(os.path.join(run, "ckpt", "loss.png"), os.path.join(ROOT, "docs", "drafter-training-smollm2.png"))
 
     first = ev["rounds"]["dflash16"]

@@ -7,8 +7,8 @@
 //!   (tests/fixtures/spec/smollm2_trained_rounds.json, first 10 prompts) on the prompts where
 //!   both greedy runs agree;
 //! - the mean accept length on the fixed first 10 prompts stays above a floor of 0.9x the value
-//!   measured when the drafters were shipped (DFlash b16 1.433, b8 1.433, DSpark 1.510 at 40
-//!   tokens, from the evaluator's rounds; dspark gives the same rounds).
+//!   measured when the drafters were shipped (DFlash b16 1.521, b8 1.550, DSpark 1.599 at 40
+//!   tokens; dspark's rounds equal the evaluator's on all 10).
 
 use std::path::PathBuf;
 
@@ -122,17 +122,17 @@ fn trained_drafters_equal_baseline_and_match_the_evaluator() {
         Case {
             drafter: "smollm2-135m-dflash-b16",
             mode: Mode::Dflash,
-            floor: 1.29,
+            floor: 1.36,
         },
         Case {
             drafter: "smollm2-135m-dflash-b8",
             mode: Mode::Dflash,
-            floor: 1.29,
+            floor: 1.39,
         },
         Case {
             drafter: "smollm2-135m-dspark-b7",
             mode: Mode::Dspark,
-            floor: 1.35,
+            floor: 1.43,
         },
     ];
     for case in cases {
