@@ -33,11 +33,12 @@ for p in sys.argv[1:]:
     s = d["spec"]
     rows.append({
         "prompt_set": d["prompt_set"], "prompts": d["prompts"], "max_tokens": d["max_tokens"],
-        "mode": s["mode"], "drafter": s["drafter"], "max_draft": s["max_draft"],
+        "mode": s["mode"], "drafter": s["drafter"], "max_draft": s["max_draft"] if s["max_draft"] < 1 << 20 else "block",
         "temperature": s.get("temperature", 0.0), "mean_tau": s["mean_tau"],
         "baseline_tok_s": d["baseline"]["tok_s"], "spec_tok_s": s["tok_s"],
         "ratio_vs_baseline": s["ratio_vs_baseline"], "verify_share": s["verify_share"],
         "draft_share": s["draft_share"], "greedy_identical": s.get("greedy_identical"),
+        "host_read_gb_s": d["memory"]["measured_read_gb_s"],
     })
 out = {"about": "Trained SmolLM2-135M drafters (assets/drafters/) vs the f32 baseline on the 2-core "
                 "CPU, each row one `dspark bench` run (its own baseline on the same prompts); "
@@ -46,7 +47,7 @@ with open("bench-results/smollm2-trained-cpu.json", "w") as f:
     json.dump(out, f, indent=1)
     f.write("\n")
 for r in rows:
-    print(f"{r['prompt_set']:9} {r['mode']:6} cap {r['max_draft']:2} T {r['temperature']:.1f}: tau {r['mean_tau']:.2f} "
+    print(f"{r['prompt_set']:9} {r['mode']:6} cap {r['max_draft']:>5} T {r['temperature']:.1f}: tau {r['mean_tau']:.2f} "
           f"x{r['ratio_vs_baseline']:.2f} ({r['spec_tok_s']:.1f} vs {r['baseline_tok_s']:.1f} tok/s) "
           f"identical {r['greedy_identical']}")
 PY
