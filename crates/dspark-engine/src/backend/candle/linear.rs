@@ -188,22 +188,22 @@ impl CandleBackend {
         }
         // bf16 weights under f32 compute on the CPU stay bf16 (half the memory and bandwidth):
         // the GEMV widens them in registers, exactly (bf16 -> f32 is lossless).
-        if let HostTensor::Dense {
-            dtype: DType::BF16, ..
-        } = host
-        {
-            if self.cpu_kernels() {
-                return self
-                    .dense_f32_host(host)
-                    .and_then(aligned)
-                    .map(CandleLinear::Dense);
+        let bf16 = matches!(
+            host,
+            HostTensor::Dense {
+                dtype: DType::BF16,
+                ..
             }
+        );
+        if !self.cpu_kernels() {
+            return self.device_tensor(host).map(CandleLinear::Dense);
         }
-        let t = self.device_tensor(host)?;
-        if self.cpu_kernels() {
-            return aligned(t).map(CandleLinear::Dense);
-        }
-        Ok(CandleLinear::Dense(t))
+        let t = if bf16 {
+            self.dense_f32_host(host)?
+        } else {
+            self.device_tensor(host)?
+        };
+        aligned(t).map(CandleLinear::Dense)
     }
 
     /// `x[.., in] @ w^T`.
