@@ -106,11 +106,11 @@ pub fn threads() -> usize {
 pub fn run(tasks: usize, f: &(dyn Fn(usize) + Sync)) {
     let p = pool();
     if tasks <= 1 || p.workers == 0 || tasks > MAX_TASKS {
-        (0..tasks).for_each(f);
+        run_inline(tasks, f);
         return;
     }
     let Ok(_slot) = p.shared.owner.try_lock() else {
-        (0..tasks).for_each(f);
+        run_inline(tasks, f);
         return;
     };
     let s = p.shared;
@@ -147,6 +147,20 @@ pub fn run(tasks: usize, f: &(dyn Fn(usize) + Sync)) {
     }
     if s.worker_panicked.swap(false, Ordering::AcqRel) {
         panic!("a CPU kernel task panicked on a pool worker");
+    }
+}
+
+/// Runs every task on the calling thread. A panicking task is re-raised only after the
+/// others have run, as on the pool, so a caller sees the same job whichever path it took.
+fn run_inline(tasks: usize, f: &(dyn Fn(usize) + Sync)) {
+    let mut panic = None;
+    for t in 0..tasks {
+        if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(t))) {
+            panic.get_or_insert(e);
+        }
+    }
+    if let Some(e) = panic {
+        std::panic::resume_unwind(e);
     }
 }
 
@@ -305,6 +319,21 @@ mod tests {
             sum.fetch_add(t, Ordering::Relaxed);
         });
         assert_eq!(sum.load(Ordering::Relaxed), 45);
+    }
+
+    #[test]
+    fn an_inline_job_also_runs_to_its_end_before_the_panic() {
+        // The path taken when another thread's job holds the pool (CI ran the test above
+        // while a concurrent test owned the slot, and it saw 41 of 64 tasks).
+        let ran = AtomicUsize::new(0);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_inline(64, &|t| {
+                ran.fetch_add(1, Ordering::Relaxed);
+                assert!(t != 40, "task 40 fails");
+            })
+        }));
+        assert!(r.is_err());
+        assert_eq!(ran.load(Ordering::Relaxed), 64);
     }
 
     #[test]
