@@ -160,6 +160,9 @@ fn chat_cancel_stops_a_running_generation() {
     f.host.install(scripted("tick ", 20, true), "slow".into());
     assert_eq!(invoke(&f, "chat_cancel", json!({"id": 99})).unwrap(), false);
     let host = f.host.clone();
+    // the first piece says the chat is registered and streaming (a fixed sleep here could
+    // end before a loaded machine had started the chat)
+    let (first_tx, first_rx) = std::sync::mpsc::channel();
     let worker = std::thread::spawn(move || {
         let mut pieces = 0;
         tauri::async_runtime::block_on(host.chat(
@@ -167,18 +170,22 @@ fn chat_cancel_stops_a_running_generation() {
             json!({"messages": [{"role": "user", "content": "go"}], "max_tokens": 4000}),
             |_| {
                 pieces += 1;
+                let _ = first_tx.send(());
                 true
             },
         ))
         .map(|_| pieces)
     });
-    std::thread::sleep(Duration::from_millis(300));
+    first_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a first piece of the chat");
     assert_eq!(invoke(&f, "chat_cancel", json!({"id": 1})).unwrap(), true);
     let pieces = worker.join().unwrap().unwrap();
     assert!(pieces >= 1);
     // the engine sees the cancel once the dropped stream reports the next round
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let mut cancelled = 0;
-    for _ in 0..50 {
+    while std::time::Instant::now() < deadline {
         let m = invoke(&f, "api_get", json!({"path": "/metrics"})).unwrap();
         cancelled = m["engine"]["cancelled"].as_u64().unwrap_or(0);
         if cancelled >= 1 {
@@ -205,8 +212,16 @@ fn server_start_serves_http_and_server_stop_closes_it() {
     assert!(resp.contains("\"status\":\"ok\""), "{resp}");
     let info = invoke(&f, "server_stop", json!({})).unwrap();
     assert_eq!(info["listening"], false);
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(std::net::TcpStream::connect(addr).is_err());
+    // the listener closes on the server task, after `server_stop` returns: poll (a fixed
+    // 200 ms wait could end first on a loaded machine)
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(addr).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{addr} still accepts connections 30 s after server_stop"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The HTTP status line of `GET path` on `addr` with an optional bearer key.

@@ -198,10 +198,22 @@ fn unknown_repo_is_a_404_with_a_hint() {
     assert!(err.to_string().contains("no such repo"), "{err}");
 }
 
-/// Cancels once `after` bytes have arrived; counts progress calls.
+/// Cancels once `after` bytes have been reported (or, so that a test fails instead of hanging
+/// on a stalled file, after a minute); counts the bytes reported.
 struct CancelAfter {
     after: u64,
     seen: std::sync::atomic::AtomicU64,
+    deadline: std::time::Instant,
+}
+
+impl CancelAfter {
+    fn new(after: u64) -> Self {
+        CancelAfter {
+            after,
+            seen: Default::default(),
+            deadline: std::time::Instant::now() + std::time::Duration::from_secs(60),
+        }
+    }
 }
 
 impl dspark_hub::Progress for CancelAfter {
@@ -211,6 +223,7 @@ impl dspark_hub::Progress for CancelAfter {
     }
     fn cancelled(&self) -> bool {
         self.seen.load(std::sync::atomic::Ordering::Relaxed) >= self.after
+            || std::time::Instant::now() > self.deadline
     }
 }
 
@@ -221,10 +234,7 @@ fn cancelled_pull_keeps_what_arrived_and_the_next_pull_resumes() {
     let want = hub.file("model.safetensors").sha256();
     let srv = start(hub);
     let cache = tempfile::tempdir().unwrap();
-    let cancel = CancelAfter {
-        after: 1,
-        seen: Default::default(),
-    };
+    let cancel = CancelAfter::new(1);
     let err = pull(REPO, &opts(&srv.endpoint, cache.path(), 0), &cancel).unwrap_err();
     assert!(matches!(err, HubError::Cancelled), "{err}");
     let got = pull(REPO, &opts(&srv.endpoint, cache.path(), 0), &NoProgress).unwrap();
@@ -261,15 +271,14 @@ fn cancel_mid_file_keeps_the_part_and_the_next_pull_resumes_it() {
     let config = hub.file("config.json").bytes.len() as u64;
     let size = hub.file("model.safetensors").bytes.len() as u64;
     let want = hub.file("model.safetensors").sha256();
-    // the model stalls at 300,000 bytes until the pull is cancelled
+    // the model stalls at 300,000 bytes until the pull is cancelled; the cancel comes once
+    // all of them are reported (progress is polled every 20 ms: cancelling at the first model
+    // byte raced the transfer and sometimes stopped it after a few kilobytes)
     let (tx, _rx) = std::sync::mpsc::channel();
     *hub.stall_after.lock().unwrap() = Some(("model.safetensors".into(), 300_000, tx));
     let srv = start(hub);
     let cache = tempfile::tempdir().unwrap();
-    let cancel = CancelAfter {
-        after: config + 1,
-        seen: Default::default(),
-    };
+    let cancel = CancelAfter::new(config + 300_000);
     let err = pull(REPO, &opts(&srv.endpoint, cache.path(), 0), &cancel).unwrap_err();
     assert!(matches!(err, HubError::Cancelled), "{err}");
     let seen = cancel.seen.into_inner();
