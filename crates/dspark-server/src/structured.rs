@@ -6,7 +6,7 @@
 //! model's tokenizer; the compiler (the token trie over the whole vocabulary) is built once
 //! per tokenizer and kept.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use dspark_engine::constrain::{Compiler, Grammar};
 use dspark_engine::tokenizer::Tokenizer;
@@ -215,20 +215,22 @@ pub fn call_syntax(tok: &Tokenizer) -> CallSyntax {
     }
 }
 
-type Slot = Option<(usize, Arc<Compiler>)>;
+/// The tokenizer a compiler was built for, held weakly: the weak reference keeps its
+/// allocation, so a tokenizer loaded later (another model) can never reuse the address and
+/// be mistaken for it, while the tokenizer itself is still freed with its model.
+type Slot = Option<(Weak<Tokenizer>, Arc<Compiler>)>;
 static COMPILER: Mutex<Slot> = Mutex::new(None);
 
 /// The compiler of `tok` (built on first use, then kept for this tokenizer). Blocking.
 pub fn compiler_for(tok: &Arc<Tokenizer>) -> Result<Arc<Compiler>, String> {
-    let key = Arc::as_ptr(tok) as usize;
     let mut slot = COMPILER.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((k, c)) = slot.as_ref() {
-        if *k == key {
+    if let Some((w, c)) = slot.as_ref() {
+        if std::ptr::eq(w.as_ptr(), Arc::as_ptr(tok)) {
             return Ok(c.clone());
         }
     }
     let c = Arc::new(Compiler::new(tok, tok.vocab_size()).map_err(|e| e.to_string())?);
-    *slot = Some((key, c.clone()));
+    *slot = Some((Arc::downgrade(tok), c.clone()));
     Ok(c)
 }
 
