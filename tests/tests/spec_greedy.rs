@@ -12,6 +12,7 @@ use dspark_engine::error::EngineError;
 use dspark_engine::generate::{baseline, GenParams, GenResult};
 use dspark_engine::model::transformer::Transformer;
 use dspark_engine::sampling::SamplingParams;
+use dspark_engine::spec::draft_budget::DraftBudget;
 use dspark_engine::spec::policy::{self, DraftLen};
 use dspark_engine::spec::{decode, Drafter, Mode, SpecParams};
 use dspark_engine::testing::{
@@ -217,6 +218,83 @@ fn dflash_greedy<B: Backend>(b: B) {
         }
     }
     assert_eq!(combos, 48);
+}
+
+/// DFlash and DSpark's default: each round's draft count is chosen from measured acceptance
+/// and wall time (so it differs from run to run); greedy output must not change. One budget
+/// per drafter carries over all its cases, as the pipeline carries it over requests.
+#[test]
+fn measured_draft_count_greedy_equals_baseline() {
+    on_backend!(measured_count_greedy)
+}
+
+fn measured_count_greedy<B: Backend>(b: B) {
+    if !b.rows_batch_invariant() {
+        // the pipeline keeps the fixed count on such backends (see policy::count_may_vary)
+        eprintln!("skipped: {} rows are not batch-invariant", b.name());
+        return;
+    }
+    let mut combos = 0;
+    let mut counts_seen = std::collections::BTreeSet::new();
+    for seed in 0..4u64 {
+        let spec = RandomSpec {
+            layer_scale: 0.15,
+            ..RandomSpec::tiny(64)
+        };
+        let (_, tsrc) = random_target(&spec, 60 + seed);
+        let target = model(&b, &spec, &tsrc);
+        let (cfg, dsrc) = random_dspark(
+            &spec,
+            &tsrc,
+            &drafter_spec(&spec, 7, vec![0, 1, 2]),
+            Some(4.0),
+            seed,
+        );
+        let ds: Box<dyn Drafter<B>> =
+            Box::new(dspark_from_parts(&b, &cfg, &dsrc, &target).unwrap());
+        let fs = DrafterSpec {
+            layer_scale: 3.0,
+            ..drafter_spec(&spec, 8, vec![0, 2])
+        };
+        let (cfg, fsrc) = random_dflash(&spec, &fs, seed);
+        let df: Box<dyn Drafter<B>> =
+            Box::new(dflash_from_parts(&b, &cfg, &fsrc, &target).unwrap());
+        for (k, mut d) in [ds, df].into_iter().enumerate() {
+            let mut budget = DraftBudget::new(d.block_len());
+            for c in cases(seed * 10 + 300 + k as u64, 12, 64) {
+                let base = run_baseline(&target, &c);
+                let p = GenParams {
+                    max_new_tokens: c.max_new,
+                    sampling: SamplingParams::greedy(),
+                    eos: c.eos.clone(),
+                };
+                let s = policy::spec_params(Mode::Dflash, None, 0.0);
+                d.truncate(0);
+                let sp = decode::generate_with(
+                    &target,
+                    &mut target.new_cache(),
+                    d.as_mut(),
+                    &c.prompt,
+                    &p,
+                    &s,
+                    Some(&mut budget),
+                    &mut Vec::new(),
+                )
+                .unwrap();
+                assert_eq!(
+                    sp.tokens, base.tokens,
+                    "seed {seed} drafter {k} prompt {:?}",
+                    c.prompt
+                );
+                assert_eq!(sp.finish_reason, base.finish_reason);
+                combos += 1;
+            }
+            let used = budget.rounds_by_count();
+            counts_seen.extend((1..used.len()).filter(|&j| used[j] > 0));
+        }
+    }
+    assert_eq!(combos, 96);
+    assert!(counts_seen.len() >= 4, "draft counts used: {counts_seen:?}");
 }
 
 #[test]

@@ -25,6 +25,7 @@ use dspark_engine::drafters::{dflash_from_parts, dspark_from_parts};
 use dspark_engine::generate::GenParams;
 use dspark_engine::model::transformer::{LogitsWanted, Transformer};
 use dspark_engine::sampling::{distribution, penalties, SamplingParams};
+use dspark_engine::spec::draft_budget::DraftBudget;
 use dspark_engine::spec::{decode, Drafter, SpecParams};
 use dspark_engine::testing::{
     perturbed, random_dflash, random_dspark, random_target, DrafterSpec, RandomSpec,
@@ -251,11 +252,14 @@ fn assert_fits(what: &str, counts: &[usize], probs: &[f64]) {
 }
 
 /// Runs every configuration; `floor` is the least mean number of drafts accepted per round.
+/// With `budget`, each round's draft count (up to 4) is that budget's choice, carried from
+/// trial to trial as the pipeline carries it from request to request.
 fn check(
     name: &str,
     t: &Transformer<CandleBackend>,
     d: &mut dyn Drafter<CandleBackend>,
     floor: f64,
+    mut budget: Option<&mut DraftBudget>,
 ) {
     for (ci, &((temperature, top_p, top_k), (min_p, presence, frequency, repetition))) in
         CONFIGS.iter().enumerate()
@@ -294,13 +298,14 @@ fn check(
                 confidence_threshold: 0.0,
             };
             d.truncate(0);
-            let r = decode::generate(
+            let r = decode::generate_with(
                 t,
                 &mut t.new_cache(),
                 d,
                 &PROMPT,
                 &params,
                 &spec,
+                budget.as_deref_mut(),
                 &mut Vec::new(),
             )
             .unwrap();
@@ -339,7 +344,7 @@ fn draft_model_sampling_is_exact() {
     let dm =
         Transformer::load(&CandleBackend::cpu(), s.config(), &perturbed(&tsrc, 0.3, 3)).unwrap();
     let mut d = DraftModel::new(dm, V, 4).unwrap();
-    check("draft-model", &t, &mut d, 1.0);
+    check("draft-model", &t, &mut d, 1.0, None);
 }
 
 #[test]
@@ -357,7 +362,7 @@ fn dspark_sampling_is_exact() {
     };
     let (cfg, dsrc) = random_dspark(&s, &tsrc, &ds, Some(1.0), 8);
     let mut d = dspark_from_parts(&CandleBackend::cpu(), &cfg, &dsrc, &t).unwrap();
-    check("dspark", &t, &mut d, 0.5);
+    check("dspark", &t, &mut d, 0.5, None);
 }
 
 #[test]
@@ -375,5 +380,42 @@ fn dflash_sampling_is_exact() {
     };
     let (cfg, dsrc) = random_dflash(&s, &ds, 9);
     let mut d = dflash_from_parts(&CandleBackend::cpu(), &cfg, &dsrc, &t).unwrap();
-    check("dflash", &t, &mut d, 0.15);
+    check("dflash", &t, &mut d, 0.15, None);
+}
+
+/// The cost-aware draft count (DFlash/DSpark's default): each round's count comes from the
+/// acceptance of earlier rounds and trials, so it changes from round to round; the samples
+/// must stay exact. Round costs are synthetic (each verified draft adds 0.2 of a plain step, so
+/// that some rounds verify 1-4 drafts and others none), so the choices, and the test, are
+/// reproducible; the floor on accepted drafts counts the plain steps too.
+#[test]
+fn dspark_sampling_is_exact_with_a_measured_draft_count() {
+    let s = spec();
+    let (_, mut tsrc) = random_target(&s, 8);
+    squeeze_embedding(&mut tsrc, 0.3);
+    let t = Transformer::load(&CandleBackend::cpu(), s.config(), &tsrc).unwrap();
+    let ds = DrafterSpec {
+        layers: 1,
+        block: 5,
+        taps: vec![0, 2],
+        layer_scale: 0.2,
+        mask_token_id: 7,
+    };
+    let (cfg, dsrc) = random_dspark(&s, &tsrc, &ds, Some(1.0), 8);
+    let mut d = dspark_from_parts(&CandleBackend::cpu(), &cfg, &dsrc, &t).unwrap();
+    let mut budget = DraftBudget::with_synthetic_cost(d.block_len(), |k| 1.0 + 0.2 * k as f64);
+    check(
+        "dspark, measured draft count",
+        &t,
+        &mut d,
+        0.3,
+        Some(&mut budget),
+    );
+    let used = budget.rounds_by_count();
+    eprintln!("rounds by draft count: {used:?}");
+    let distinct = used.iter().filter(|&&n| n > 1000).count();
+    assert!(
+        distinct >= 3 && used[0] > 1000,
+        "the draft count should vary: {used:?}"
+    );
 }

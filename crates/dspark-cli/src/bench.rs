@@ -19,6 +19,7 @@ mod forced;
 mod oracle;
 mod prefix;
 mod prompts;
+mod tau;
 
 use dspark_engine::launch::{self, LaunchBackend, LaunchSpec, OnBackend};
 
@@ -86,6 +87,11 @@ pub struct BenchArgs {
     /// (e.g. 2,4,6.5), measuring spec speed without a trained drafter (an "oracle" drafter).
     #[arg(long, value_delimiter = ',')]
     pub oracle_tau: Vec<f64>,
+    /// Acceptance only: run the speculative mode on every prompt, stopping at the model's
+    /// end-of-turn tokens, with no baseline pass and no speed figures (tau over many prompts,
+    /// greedy or sampled).
+    #[arg(long)]
+    pub tau_only: bool,
 }
 
 /// Prompt `i`'s sampling: greedy, or --temperature / --top-p with seed --seed + i.
@@ -259,6 +265,13 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
         },
         &mut Vec::new(),
     )?;
+    if a.tau_only {
+        let out = tau::run(&mut pipe, &ids, &a)?;
+        let out = json!({"model": path.display().to_string(), "device": b.device_label(), "tau_only": out});
+        write_json(&a.out, &out)?;
+        println!("wrote {}", a.out.display());
+        return Ok(());
+    }
     let spec_on = pipe.mode != dspark_engine::spec::Mode::Baseline && !a.baseline_only;
     if spec_on {
         pipe.generate(
@@ -373,7 +386,8 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
         );
         out["spec"] = json!({"mode": pipe.mode.as_str(), "drafter": pipe.drafter_name(), "tok_s": tps, "ratio_vs_baseline": ratio,
             "mean_tau": tau, "achieved_over_ideal": ratio / tau, "draft_share": ss.draft / ss.decode_secs,
-            "verify_share": ss.verify / ss.decode_secs, "max_draft": pipe.spec.max_draft,
+            "verify_share": ss.verify / ss.decode_secs, "max_draft": max_draft_label(&pipe, &a),
+            "rounds_by_draft_count": pipe.draft_budget().map(|b| b.rounds_by_count().to_vec()),
             "pct_of_baseline_ceiling": 100.0 * tps / ceiling, "cpu_ms_per_token": 1e3 * cpu_spec / ss.tokens.max(1) as f64,
             "cpu_time_ratio_vs_baseline": cpu_ratio});
         if sampled {
@@ -424,6 +438,22 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
     write_json(&a.out, &out)?;
     println!("wrote {}", a.out.display());
     Ok(())
+}
+
+/// What bounded the drafts per round: a configured count, the drafter's full block, or the
+/// measured cost-aware choice (`"auto"`, DFlash/DSpark's default where it applies).
+fn max_draft_label<B: LaunchBackend>(pipe: &Pipeline<B>, a: &BenchArgs) -> serde_json::Value {
+    use dspark_engine::spec::policy::{chooses_draft_count, count_may_vary};
+    let rows_invariant = pipe.target.model.backend().rows_batch_invariant();
+    if chooses_draft_count(pipe.mode, pipe.spec.max_draft)
+        && count_may_vary(&bench_sampling(a, 0), rows_invariant)
+    {
+        json!("auto")
+    } else if pipe.spec.max_draft == usize::MAX {
+        json!("block")
+    } else {
+        json!(pipe.spec.max_draft)
+    }
 }
 
 type OpTimes = std::collections::BTreeMap<&'static str, (f64, u64)>;

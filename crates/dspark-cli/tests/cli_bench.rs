@@ -1,6 +1,6 @@
 //! `dspark bench` on the demo model, the real binary: the HumanEval prompt set and sampled runs
 //! (tau at a temperature, no greedy-identity claim), a greedy run that reports identity, and an
-//! unknown prompt set refused by name.
+//! unknown prompt set refused by name; `--tau-only` (acceptance alone, no baseline pass).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -94,4 +94,54 @@ fn an_unknown_prompt_set_is_refused_by_name() {
     let (ok, log) = bench(&dir.path().join("x.json"), &["--prompt-set", "gsm8k"]);
     assert!(!ok);
     assert!(log.contains("unknown prompt set \"gsm8k\""), "{log}");
+}
+
+#[test]
+fn tau_only_runs_the_drafter_alone_and_counts_every_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tau.json");
+    let (ok, log) = bench(&out, &["--tau-only", "--temperature", "0.7"]);
+    assert!(ok, "{log}");
+    assert!(!log.contains("baseline"), "no baseline pass: {log}");
+    let t = &read(&out)["tau_only"];
+    assert_eq!(t["mode"], "draft");
+    assert_eq!(t["prompts"], 2);
+    assert_eq!(t["stops_at_eos"], true);
+    assert_eq!(t["temperature"].as_f64(), Some(0.7));
+    let rounds = t["rounds"].as_u64().unwrap();
+    let in_rounds = t["tokens_in_rounds"].as_u64().unwrap();
+    // the histogram covers every round, and tau is what the rounds committed
+    let counts: Vec<u64> = serde_json::from_value(t["accept_length_counts"].clone()).unwrap();
+    assert_eq!(counts.iter().sum::<u64>(), rounds);
+    let weighted: u64 = counts.iter().enumerate().map(|(l, &n)| l as u64 * n).sum();
+    assert_eq!(weighted, in_rounds);
+    let tau = t["mean_tau"].as_f64().unwrap();
+    assert!((tau - in_rounds as f64 / rounds as f64).abs() < 1e-9);
+    // at most --max-draft 3 drafts + 1 per round
+    assert!(counts.len() <= 5 && rounds > 0, "{counts:?}");
+
+    let (ok, log) = Command::new(env!("CARGO_BIN_EXE_dspark"))
+        .args([
+            "bench",
+            "--model",
+            "demo",
+            "--tau-only",
+            "--prompts",
+            "1",
+            "--out",
+        ])
+        .arg(dir.path().join("b.json"))
+        .output()
+        .map(|o| {
+            (
+                o.status.success(),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        })
+        .unwrap();
+    assert!(!ok);
+    assert!(
+        log.contains("--tau-only needs a speculative --mode"),
+        "{log}"
+    );
 }

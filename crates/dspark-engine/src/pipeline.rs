@@ -12,6 +12,7 @@ use crate::load::LoadedModel;
 use crate::model::open_checkpoint;
 use crate::model::transformer::Transformer;
 use crate::prefix_cache::{PrefixCache, PrefixCacheConfig, PrefixCacheInfo};
+use crate::spec::draft_budget::DraftBudget;
 use crate::spec::policy::DraftLen;
 use crate::spec::{decode, Drafter, DrafterState, Mode, SpecParams};
 
@@ -22,6 +23,9 @@ pub struct Pipeline<B: Backend> {
     drafter: Option<Box<dyn Drafter<B>>>,
     cache: KvCache<B>,
     prefix: Option<PrefixCache<B>>,
+    /// DFlash/DSpark with no configured draft count: the measured cost-aware choice of drafts
+    /// per round, kept across requests.
+    budget: Option<DraftBudget>,
 }
 
 /// Loads the drafter for `mode` from `path`. draft-model drafters are loaded with
@@ -71,6 +75,7 @@ impl<B: Backend> Pipeline<B> {
             drafter,
             cache,
             prefix: None,
+            budget: None,
         })
     }
 
@@ -98,6 +103,7 @@ impl<B: Backend> Pipeline<B> {
     pub fn retune(&mut self, t: &crate::worker::Tuning) {
         self.spec =
             crate::spec::policy::spec_params(self.mode, t.max_draft, t.confidence_threshold);
+        self.budget = None;
         if let (Some(p), Some((slots, ram))) = (self.prefix.as_mut(), t.prefix_limits) {
             p.set_limits(slots, ram);
         }
@@ -113,6 +119,11 @@ impl<B: Backend> Pipeline<B> {
         if let Some(p) = self.prefix.as_mut() {
             p.clear();
         }
+    }
+
+    /// The measured draft-count state, when this pipeline chooses drafts per round itself.
+    pub fn draft_budget(&self) -> Option<&DraftBudget> {
+        self.budget.as_ref()
     }
 
     pub fn drafter_name(&self) -> Option<&'static str> {
@@ -203,16 +214,29 @@ impl<B: Backend> Pipeline<B> {
                 d.put_state(dstate);
             }
         }
+        let auto = crate::spec::policy::chooses_draft_count(self.mode, self.spec.max_draft)
+            && crate::spec::policy::count_may_vary(
+                &params.sampling,
+                self.target.model.backend().rows_batch_invariant(),
+            );
         let r = match (&mut self.drafter, self.mode) {
-            (Some(d), m) if m != Mode::Baseline => decode::generate(
-                &self.target.model,
-                &mut self.cache,
-                d.as_mut(),
-                prompt,
-                params,
-                &self.spec,
-                sink,
-            ),
+            (Some(d), m) if m != Mode::Baseline => {
+                let budget = match &mut self.budget {
+                    Some(b) if auto && b.block() == d.block_len() => Some(b),
+                    slot if auto => Some(slot.insert(DraftBudget::new(d.block_len()))),
+                    _ => None,
+                };
+                decode::generate_with(
+                    &self.target.model,
+                    &mut self.cache,
+                    d.as_mut(),
+                    prompt,
+                    params,
+                    &self.spec,
+                    budget,
+                    sink,
+                )
+            }
             _ => baseline::generate(&self.target.model, &mut self.cache, prompt, params, sink),
         };
         if r.is_err() {

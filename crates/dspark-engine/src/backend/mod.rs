@@ -231,6 +231,12 @@ pub trait Backend: Clone + Send + 'static {
     fn device_argmax(&self) -> bool {
         false
     }
+    /// Whether a forward over L rows gives every row the bits of L one-row steps (our CPU and
+    /// CUDA kernels). Then greedy output cannot depend on how many drafts a round verifies,
+    /// and the loop may choose that count from measured costs.
+    fn rows_batch_invariant(&self) -> bool {
+        false
+    }
     /// The `k` largest values along the last axis and their indices, descending.
     fn topk_last(&self, x: &Self::Tensor, k: usize) -> BResult<(Self::Tensor, Self::Tensor)>;
 

@@ -5,8 +5,9 @@
 
 use std::time::Instant;
 
+use super::draft_budget::DraftBudget;
 use super::verify::{verify_greedy, verify_sampled};
-use super::{Drafter, SpecParams};
+use super::{Drafter, Proposal, SpecParams};
 use crate::backend::Backend;
 use crate::constrain::shared as constrain;
 use crate::error::EngineError;
@@ -27,6 +28,22 @@ pub fn generate<B: Backend>(
     prompt: &[u32],
     params: &GenParams,
     spec: &SpecParams,
+    sink: &mut dyn TokenSink,
+) -> Result<GenResult, EngineError> {
+    generate_with(target, cache, drafter, prompt, params, spec, None, sink)
+}
+
+/// [`generate`], with each round's draft count chosen by `draft_count` (within
+/// `spec.max_draft`) and every finished round reported back to it.
+#[allow(clippy::too_many_arguments)]
+pub fn generate_with<B: Backend>(
+    target: &Transformer<B>,
+    cache: &mut KvCache<B>,
+    drafter: &mut dyn Drafter<B>,
+    prompt: &[u32],
+    params: &GenParams,
+    spec: &SpecParams,
+    mut draft_count: Option<&mut DraftBudget>,
     sink: &mut dyn TokenSink,
 ) -> Result<GenResult, EngineError> {
     let b = target.backend();
@@ -105,9 +122,29 @@ pub fn generate<B: Backend>(
             // draft
             let pos = cache.len();
             let td = Instant::now();
-            let max = spec.max_draft.clamp(1, drafter.block_len());
-            let proposal =
-                drafter.propose(target, pending, pos, max, spec, &params.sampling, &mut rng)?;
+            let proposal = match draft_count.as_deref() {
+                // a measured count may be 0: a plain target step (still feeding the drafter)
+                // where no draft count pays for its verify rows
+                Some(bud) => match bud.choose(spec.max_draft.min(drafter.block_len())) {
+                    0 => Proposal {
+                        tokens: vec![],
+                        q: Some(vec![]),
+                    },
+                    k => drafter.propose(
+                        target,
+                        pending,
+                        pos,
+                        k,
+                        spec,
+                        &params.sampling,
+                        &mut rng,
+                    )?,
+                },
+                None => {
+                    let max = spec.max_draft.clamp(1, drafter.block_len());
+                    drafter.propose(target, pending, pos, max, spec, &params.sampling, &mut rng)?
+                }
+            };
             stats.draft_secs += td.elapsed().as_secs_f64();
             let drafts = proposal.tokens;
 
@@ -169,6 +206,9 @@ pub fn generate<B: Backend>(
                 None => None,
             };
             drafter.commit(&fed[..keep], pos, kept_taps.as_ref())?;
+            if let Some(bud) = draft_count.as_deref_mut() {
+                bud.observe(drafts.len(), outcome.accepted, td.elapsed().as_secs_f64());
+            }
             block = drafts[..outcome.accepted].to_vec();
             block.push(outcome.next);
             constrain::commit(&params.sampling, &block)?;

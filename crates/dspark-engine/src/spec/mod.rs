@@ -7,6 +7,7 @@
 //! every drafter state.
 
 pub mod decode;
+pub mod draft_budget;
 pub mod policy;
 pub mod verify;
 

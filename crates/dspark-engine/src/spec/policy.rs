@@ -3,6 +3,7 @@
 //! functions; the launcher, the pipeline and the worker all ask here.
 
 use super::{Mode, SpecParams};
+use crate::sampling::SamplingParams;
 
 /// Longest block a draft model proposes in one round.
 pub const MAX_DRAFT_MODEL_BLOCK: usize = 16;
@@ -75,6 +76,25 @@ pub fn default_max_draft(mode: Mode) -> usize {
     }
 }
 
+/// Whether the speculative loop picks each round's draft count from measured acceptance and
+/// round costs ([`super::draft_budget::DraftBudget`]): DFlash and DSpark when no count is
+/// configured (their default is then "up to the full block"); a configured count is kept.
+pub fn chooses_draft_count(mode: Mode, max_draft: usize) -> bool {
+    matches!(mode, Mode::Dspark | Mode::Dflash) && max_draft == default_max_draft(mode)
+}
+
+/// Whether a request's output stays the same when its draft count follows measured costs
+/// (which differ from run to run): greedy decoding on batch-invariant kernels (a verify row
+/// then has a decode step's bits), and sampling without a seed. A seeded sampled request keeps
+/// the fixed count, so that the same seed gives the same tokens whatever ran before it.
+pub fn count_may_vary(sampling: &SamplingParams, rows_batch_invariant: bool) -> bool {
+    if sampling.is_greedy() {
+        rows_batch_invariant
+    } else {
+        sampling.seed.is_none()
+    }
+}
+
 /// Drafts per round for a configured `max_draft` (at least one).
 pub fn max_draft(mode: Mode, configured: Option<usize>) -> usize {
     configured.unwrap_or_else(|| default_max_draft(mode)).max(1)
@@ -130,6 +150,35 @@ mod tests {
             DraftLen::Adaptive { start: 4, cap: 8 }
         );
         assert_eq!(draft_len(Mode::Draft, Some(5)), DraftLen::Fixed(5));
+        assert!(chooses_draft_count(
+            Mode::Dflash,
+            max_draft(Mode::Dflash, None)
+        ));
+        assert!(chooses_draft_count(
+            Mode::Dspark,
+            max_draft(Mode::Dspark, None)
+        ));
+        assert!(!chooses_draft_count(
+            Mode::Dflash,
+            max_draft(Mode::Dflash, Some(16))
+        ));
+        assert!(!chooses_draft_count(
+            Mode::Draft,
+            max_draft(Mode::Draft, None)
+        ));
+        let seeded = SamplingParams {
+            temperature: 0.7,
+            seed: Some(3),
+            ..SamplingParams::default()
+        };
+        let unseeded = SamplingParams {
+            seed: None,
+            ..seeded.clone()
+        };
+        assert!(count_may_vary(&SamplingParams::greedy(), true));
+        assert!(!count_may_vary(&SamplingParams::greedy(), false));
+        assert!(!count_may_vary(&seeded, true));
+        assert!(count_may_vary(&unseeded, false));
         assert_eq!(draft_len(Mode::Dflash, None), DraftLen::Fixed(16));
         assert_eq!(drafter_block(Mode::Dspark, Some(3)), 16);
         let p = spec_params(Mode::Dspark, Some(3), f32::NAN);

@@ -473,6 +473,10 @@ impl Backend for CandleBackend {
         x.argmax(D::Minus1).map_err(err)
     }
 
+    fn rows_batch_invariant(&self) -> bool {
+        self.cpu_kernels() || self.cuda_kernels()
+    }
+
     fn device_argmax(&self) -> bool {
         // our argmax kernel (the host's tie rule) takes f32 and bf16 logits; candle's own
         // argmax, used for f16, is not held to that rule

@@ -1,0 +1,338 @@
+//! Cost-aware draft count for the parallel drafters (DFlash, DSpark) when none is configured:
+//! before each round, pick how many drafts to verify so that the expected committed tokens per
+//! second is highest, from this drafter's measured acceptance at each draft position and the
+//! measured wall time of rounds at each draft count.
+//!
+//! A count of 0 is a plain target step (the drafter still reads the new token's features):
+//! where no count pays for its verify rows, the speculative mode then runs at the baseline's
+//! speed, and every [`EXPLORE_EVERY`]-th round still tries a draft to notice a change.
+//!
+//! Why: a round verifying k drafts feeds k + 1 rows to the target. On a GPU the extra rows are
+//! nearly free, so the full block wins; on a 2-core CPU an f32 verify of 16 rows costs about
+//! three decode steps while a small drafter's deep drafts are rarely accepted, so the full
+//! block loses to the baseline. Measuring both sides picks the right count on each machine,
+//! and follows it when the machine gets busier.
+//!
+//! Exactness: the count depends only on finished rounds (their sizes, accept counts and
+//! times), never on the round being drafted, so greedy output is the target's whatever the
+//! count, and speculative sampling stays an exact sample (the acceptance rule is exact for any
+//! draft length fixed before drafting).
+
+/// Draft counts every budget tries once before it trusts its estimates (capped at the block).
+const WARM_UP: [usize; 6] = [1, 2, 3, 4, usize::MAX, 0];
+/// One round in this many tries a neighbour of the current best, one draft more and one
+/// fewer in turn, so that acceptance deeper in the block and the costs on both sides stay
+/// measured (one early, noisy measurement cannot rule a count out for good).
+const EXPLORE_EVERY: u64 = 8;
+/// Weight of the newest round in a draft count's mean round time.
+const COST_EMA: f64 = 0.2;
+/// Acceptance counts are halved once this many rounds were counted at position 0, so the
+/// estimates follow a change of prompt domain without forgetting everything.
+const COUNT_HALF_LIFE: f64 = 512.0;
+
+/// The measured state of one drafter's rounds (kept across requests by the pipeline).
+#[derive(Clone, Debug)]
+pub struct DraftBudget {
+    block: usize,
+    /// Per draft position i: rounds that verified it with every earlier draft accepted, and
+    /// how many of those accepted it.
+    tried: Vec<f64>,
+    accepted: Vec<f64>,
+    /// Mean wall seconds of a round by drafts verified (index k; 0: a plain target step).
+    cost: Vec<Option<f64>>,
+    /// Rounds observed by drafts verified (index k).
+    by_count: Vec<u64>,
+    rounds: u64,
+    /// Tests: round costs from this function instead of the clock (deterministic choices).
+    synthetic: Option<fn(usize) -> f64>,
+}
+
+impl DraftBudget {
+    /// A budget for a drafter whose block holds `block` drafts.
+    pub fn new(block: usize) -> Self {
+        let block = block.max(1);
+        DraftBudget {
+            block,
+            tried: vec![0.0; block],
+            accepted: vec![0.0; block],
+            cost: vec![None; block + 1],
+            by_count: vec![0; block + 1],
+            rounds: 0,
+            synthetic: None,
+        }
+    }
+
+    /// A budget whose round costs come from `cost(k)` rather than measured time, so that its
+    /// choices are a function of acceptance alone (reproducible tests).
+    pub fn with_synthetic_cost(block: usize, cost: fn(usize) -> f64) -> Self {
+        DraftBudget {
+            synthetic: Some(cost),
+            ..DraftBudget::new(block)
+        }
+    }
+
+    /// The block this budget was made for.
+    pub fn block(&self) -> usize {
+        self.block
+    }
+
+    /// Drafts to verify in the next round, at most `cap` (and the block); 0 for a plain
+    /// target step.
+    pub fn choose(&self, cap: usize) -> usize {
+        let cap = cap.clamp(1, self.block);
+        let r = self.rounds as usize;
+        if r < WARM_UP.len() {
+            return WARM_UP[r].min(cap);
+        }
+        let best = self.best(cap);
+        if !self.rounds.is_multiple_of(EXPLORE_EVERY) {
+            best
+        } else if (self.rounds / EXPLORE_EVERY) % 2 == 1 || best == 0 {
+            (best + 1).min(cap)
+        } else {
+            best - 1
+        }
+    }
+
+    /// Records a finished round: `drafted` drafts verified, `accepted` of them accepted, in
+    /// `secs` of wall time (drafting and verifying).
+    pub fn observe(&mut self, drafted: usize, accepted: usize, secs: f64) {
+        let drafted = drafted.min(self.block);
+        let accepted = accepted.min(drafted);
+        if self.tried[0] >= COUNT_HALF_LIFE {
+            self.tried.iter_mut().for_each(|t| *t *= 0.5);
+            self.accepted.iter_mut().for_each(|a| *a *= 0.5);
+        }
+        for i in 0..(accepted + 1).min(drafted) {
+            self.tried[i] += 1.0;
+        }
+        for a in &mut self.accepted[..accepted] {
+            *a += 1.0;
+        }
+        let secs = match self.synthetic {
+            Some(f) => f(drafted),
+            None => secs,
+        };
+        if secs.is_finite() && secs > 0.0 {
+            let c = &mut self.cost[drafted];
+            *c = Some(match *c {
+                Some(old) => old + COST_EMA * (secs - old),
+                None => secs,
+            });
+        }
+        self.by_count[drafted] += 1;
+        self.rounds += 1;
+    }
+
+    /// Rounds observed so far by drafts verified (index k; 0: plain target steps).
+    pub fn rounds_by_count(&self) -> &[u64] {
+        &self.by_count
+    }
+
+    /// Estimated probability that draft `i` is accepted given that every earlier one was
+    /// (Laplace's rule on the counts; 1/2 where nothing was seen yet).
+    pub fn accept_rate(&self, i: usize) -> f64 {
+        (self.accepted[i] + 1.0) / (self.tried[i] + 2.0)
+    }
+
+    /// Expected tokens a round with `k` drafts commits (accepted drafts + 1).
+    pub fn expected_tokens(&self, k: usize) -> f64 {
+        let mut run = 1.0;
+        let mut total = 1.0;
+        for i in 0..k.min(self.block) {
+            run *= self.accept_rate(i);
+            total += run;
+        }
+        total
+    }
+
+    /// Estimated wall seconds of a round with `k` drafts: measured where it was, else
+    /// interpolated between the nearest measured counts (extrapolated along the last two
+    /// beyond them). `None` before any round was timed.
+    pub fn round_cost(&self, k: usize) -> Option<f64> {
+        if let Some(c) = self.cost.get(k).copied().flatten() {
+            return Some(c);
+        }
+        let known: Vec<(usize, f64)> = (0..=self.block)
+            .filter_map(|j| self.cost[j].map(|c| (j, c)))
+            .collect();
+        let below = known.iter().rev().find(|(j, _)| *j < k).copied();
+        let above = known.iter().find(|(j, _)| *j > k).copied();
+        let line = |(x0, y0): (usize, f64), (x1, y1): (usize, f64)| {
+            let slope = (y1 - y0) / (x1 as f64 - x0 as f64);
+            y0 + slope * (k as f64 - x0 as f64)
+        };
+        match (below, above) {
+            (Some(lo), Some(hi)) => Some(line(lo, hi)),
+            (Some(lo), None) => match known.iter().rev().nth(1) {
+                // never cheaper than the longest measured round
+                Some(&prev) => Some(line(prev, lo).max(lo.1)),
+                None => Some(lo.1),
+            },
+            (None, Some(hi)) => Some(hi.1),
+            (None, None) => None,
+        }
+    }
+
+    /// The draft count with the most expected tokens per second of round time.
+    fn best(&self, cap: usize) -> usize {
+        let mut best = (cap, f64::MIN);
+        for k in 0..=cap {
+            let Some(c) = self.round_cost(k) else {
+                return cap;
+            };
+            let score = self.expected_tokens(k) / c.max(1e-9);
+            if score > best.1 {
+                best = (k, score);
+            }
+        }
+        best.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rounds whose acceptance follows per-position rates `p` (deterministically: draft i is
+    /// accepted in round r when the running fraction stays below p_i).
+    fn drive(b: &mut DraftBudget, rounds: usize, p: &[f64], cost: impl Fn(usize) -> f64) {
+        let mut counts = vec![(0usize, 0usize); p.len()];
+        for _ in 0..rounds {
+            let k = b.choose(usize::MAX);
+            let mut acc = 0;
+            while acc < k {
+                let (t, a) = counts[acc];
+                let take = ((a + 1) as f64) <= p[acc] * (t + 1) as f64;
+                counts[acc] = (t + 1, a + usize::from(take));
+                if !take {
+                    break;
+                }
+                acc += 1;
+            }
+            b.observe(k, acc, cost(k));
+        }
+    }
+
+    #[test]
+    fn warm_up_visits_short_counts_and_the_full_block() {
+        let mut b = DraftBudget::new(15);
+        let mut seen = vec![];
+        for _ in 0..6 {
+            let k = b.choose(usize::MAX);
+            seen.push(k);
+            b.observe(k, 0, 1.0);
+        }
+        assert_eq!(seen, vec![1, 2, 3, 4, 15, 0]);
+        // a cap below the block clamps every choice
+        let mut b = DraftBudget::new(15);
+        for k in [1, 2, 3, 4] {
+            b.observe(k, 0, 1.0);
+        }
+        assert_eq!(b.choose(3), 3);
+        assert_eq!(DraftBudget::new(2).choose(usize::MAX), 1);
+    }
+
+    #[test]
+    fn steep_verify_cost_and_shallow_acceptance_choose_short_rounds() {
+        // CPU-like: each verified draft adds 25% of a plain step; acceptance 0.45, 0.35, 0.1
+        let mut b = DraftBudget::new(15);
+        let p = [
+            0.45, 0.35, 0.1, 0.05, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+        ];
+        drive(&mut b, 400, &p, |k| 1.0 + 0.25 * k as f64);
+        let picks: Vec<usize> = (0..8).map(|_| b.best(15)).collect();
+        assert!(picks.iter().all(|&k| (1..=2).contains(&k)), "{picks:?}");
+        assert!(b.accept_rate(0) > 0.4 && b.accept_rate(0) < 0.5);
+    }
+
+    #[test]
+    fn where_no_draft_count_pays_rounds_become_plain_steps_that_still_explore() {
+        // one verified draft costs 1.6 plain steps and is accepted 30% of the time
+        let mut b = DraftBudget::new(7);
+        drive(&mut b, 400, &[0.3; 7], |k| {
+            if k == 0 {
+                1.0
+            } else {
+                1.4 + 0.3 * k as f64
+            }
+        });
+        assert_eq!(b.best(7), 0);
+        let mut ks = vec![];
+        for r in 0..16 {
+            let k = b.choose(usize::MAX);
+            ks.push(k);
+            b.observe(
+                k,
+                usize::from(r % 3 == 0).min(k),
+                if k == 0 { 1.0 } else { 1.7 },
+            );
+        }
+        let plain = ks.iter().filter(|&&k| k == 0).count();
+        assert!((12..16).contains(&plain), "{ks:?}");
+        assert!(ks.contains(&1), "still explores: {ks:?}");
+        assert_eq!(b.expected_tokens(0), 1.0);
+    }
+
+    #[test]
+    fn flat_verify_cost_and_deep_acceptance_choose_the_full_block() {
+        // GPU-like: 16 rows cost 1.1x one row; drafts accepted 90% at every depth
+        let mut b = DraftBudget::new(15);
+        drive(&mut b, 400, &[0.9; 15], |k| 1.0 + 0.1 * k as f64 / 15.0);
+        assert_eq!(b.best(15), 15);
+        assert!(b.expected_tokens(15) > 6.0);
+    }
+
+    #[test]
+    fn costs_interpolate_between_and_extrapolate_beyond_measured_counts() {
+        let mut b = DraftBudget::new(16);
+        assert_eq!(b.round_cost(3), None);
+        b.observe(2, 0, 2.0);
+        assert_eq!(b.round_cost(0), Some(2.0));
+        assert_eq!(b.round_cost(8), Some(2.0));
+        b.observe(6, 0, 4.0);
+        assert_eq!(b.round_cost(4), Some(3.0));
+        assert_eq!(b.round_cost(1), Some(2.0));
+        assert_eq!(b.round_cost(10), Some(6.0));
+        // a mean, not the last value
+        b.observe(2, 0, 3.0);
+        assert!((b.round_cost(2).unwrap() - 2.2).abs() < 1e-12);
+        // nonsense times are ignored, truncated rounds count what was verified
+        b.observe(3, 5, f64::NAN);
+        assert_eq!(b.tried[..4], [4.0, 1.0, 1.0, 0.0]);
+        assert_eq!(b.accepted[..4], [1.0, 1.0, 1.0, 0.0]);
+    }
+
+    #[test]
+    fn synthetic_costs_make_choices_reproducible() {
+        fn cost(k: usize) -> f64 {
+            1.0 + k as f64
+        }
+        let run = || {
+            let mut b = DraftBudget::with_synthetic_cost(7, cost);
+            let mut ks = vec![];
+            for r in 0..64 {
+                let k = b.choose(usize::MAX);
+                ks.push(k);
+                b.observe(k, (r * 7 % 5).min(k), 123.0 * r as f64);
+            }
+            ks
+        };
+        let a = run();
+        assert_eq!(a, run());
+        assert!(a.iter().all(|&k| k <= 7));
+    }
+
+    #[test]
+    fn counts_halve_so_estimates_follow_a_change() {
+        let mut b = DraftBudget::new(4);
+        for _ in 0..600 {
+            b.observe(1, 1, 1.0);
+        }
+        assert!(b.accept_rate(0) > 0.99);
+        for _ in 0..600 {
+            b.observe(1, 0, 1.0);
+        }
+        assert!(b.accept_rate(0) < 0.5, "{}", b.accept_rate(0));
+    }
+}
