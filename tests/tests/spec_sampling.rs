@@ -21,6 +21,7 @@
 use dspark_engine::backend::candle::CandleBackend;
 use dspark_engine::backend::Backend;
 use dspark_engine::drafters::draft_model::DraftModel;
+use dspark_engine::drafters::dspark::DSpark;
 use dspark_engine::drafters::{dflash_from_parts, dspark_from_parts};
 use dspark_engine::generate::GenParams;
 use dspark_engine::model::transformer::{LogitsWanted, Transformer};
@@ -347,8 +348,8 @@ fn draft_model_sampling_is_exact() {
     check("draft-model", &t, &mut d, 1.0, None);
 }
 
-#[test]
-fn dspark_sampling_is_exact() {
+/// The DSpark case: a squeezed target and an aligned block-5 DSpark drafter that accepts often.
+fn dspark_case() -> (Transformer<CandleBackend>, DSpark<CandleBackend>) {
     let s = spec();
     let (_, mut tsrc) = random_target(&s, 8);
     squeeze_embedding(&mut tsrc, 0.3);
@@ -361,7 +362,13 @@ fn dspark_sampling_is_exact() {
         mask_token_id: 7,
     };
     let (cfg, dsrc) = random_dspark(&s, &tsrc, &ds, Some(1.0), 8);
-    let mut d = dspark_from_parts(&CandleBackend::cpu(), &cfg, &dsrc, &t).unwrap();
+    let d = dspark_from_parts(&CandleBackend::cpu(), &cfg, &dsrc, &t).unwrap();
+    (t, d)
+}
+
+#[test]
+fn dspark_sampling_is_exact() {
+    let (t, mut d) = dspark_case();
     check("dspark", &t, &mut d, 0.5, None);
 }
 
@@ -390,19 +397,7 @@ fn dflash_sampling_is_exact() {
 /// reproducible; the floor on accepted drafts counts the plain steps too.
 #[test]
 fn dspark_sampling_is_exact_with_a_measured_draft_count() {
-    let s = spec();
-    let (_, mut tsrc) = random_target(&s, 8);
-    squeeze_embedding(&mut tsrc, 0.3);
-    let t = Transformer::load(&CandleBackend::cpu(), s.config(), &tsrc).unwrap();
-    let ds = DrafterSpec {
-        layers: 1,
-        block: 5,
-        taps: vec![0, 2],
-        layer_scale: 0.2,
-        mask_token_id: 7,
-    };
-    let (cfg, dsrc) = random_dspark(&s, &tsrc, &ds, Some(1.0), 8);
-    let mut d = dspark_from_parts(&CandleBackend::cpu(), &cfg, &dsrc, &t).unwrap();
+    let (t, mut d) = dspark_case();
     let mut budget = DraftBudget::with_synthetic_cost(d.block_len(), |k| 1.0 + 0.2 * k as f64);
     check(
         "dspark, measured draft count",

@@ -153,20 +153,18 @@ impl DraftBudget {
         if let Some(c) = self.cost.get(k).copied().flatten() {
             return Some(c);
         }
-        let known: Vec<(usize, f64)> = (0..=self.block)
-            .filter_map(|j| self.cost[j].map(|c| (j, c)))
-            .collect();
-        let below = known.iter().rev().find(|(j, _)| *j < k).copied();
-        let above = known.iter().find(|(j, _)| *j > k).copied();
+        let measured = |j: usize| self.cost[j].map(|c| (j, c));
+        let below = (0..k.min(self.block + 1)).rev().find_map(measured);
+        let above = (k + 1..=self.block).find_map(measured);
         let line = |(x0, y0): (usize, f64), (x1, y1): (usize, f64)| {
             let slope = (y1 - y0) / (x1 as f64 - x0 as f64);
             y0 + slope * (k as f64 - x0 as f64)
         };
         match (below, above) {
             (Some(lo), Some(hi)) => Some(line(lo, hi)),
-            (Some(lo), None) => match known.iter().rev().nth(1) {
+            (Some(lo), None) => match (0..lo.0).rev().find_map(measured) {
                 // never cheaper than the longest measured round
-                Some(&prev) => Some(line(prev, lo).max(lo.1)),
+                Some(prev) => Some(line(prev, lo).max(lo.1)),
                 None => Some(lo.1),
             },
             (None, Some(hi)) => Some(hi.1),
@@ -177,11 +175,17 @@ impl DraftBudget {
     /// The draft count with the most expected tokens per second of round time.
     fn best(&self, cap: usize) -> usize {
         let mut best = (cap, f64::MIN);
+        // expected_tokens(k), built up as k grows (the same sums in the same order)
+        let (mut run, mut tokens) = (1.0, 1.0);
         for k in 0..=cap {
             let Some(c) = self.round_cost(k) else {
                 return cap;
             };
-            let score = self.expected_tokens(k) / c.max(1e-9);
+            if k > 0 {
+                run *= self.accept_rate(k - 1);
+                tokens += run;
+            }
+            let score = tokens / c.max(1e-9);
             if score > best.1 {
                 best = (k, score);
             }
