@@ -10,6 +10,10 @@
 #   --profile: only the per-op profile runs of --q8b (baseline and DFlash oracle rounds synced
 #            per op; then the baseline's host enqueue time per op)
 #   --verify: only the baseline and verify-cost runs of --q8b at 1024 and 8192 context
+#   --pdl: baseline decode and verify cost at 1024 and 8192 context with programmatic dependent
+#          launch (the default) and without it (DSPARK_CUDA_PDL=0), one call; then
+#          target/cuda/kbench/cuda_chain_bench when it was carried
+#   --spec: only the two oracle runs of --q8b (DFlash- and DSpark-shaped drafters, tau 2, 4, 6.5)
 #   --vs-hf: dspark's baseline decode and HF transformers (static cache, then torch.compile
 #            reduce-overhead) on the same checkpoint and ids at 1024 and 8192 context, one call
 #   (PACK: default target/cuda/carry/cuda-bins.tar.xz)
@@ -17,7 +21,7 @@
 # target/cuda/run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 VER=0 PACK=target/cuda/carry/cuda-bins.tar.xz
+Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 VER=0 PDL=0 SPEC=0 PACK=target/cuda/carry/cuda-bins.tar.xz
 for a in "$@"; do
   case $a in
     --q8b) Q8B=1 ;;
@@ -26,6 +30,8 @@ for a in "$@"; do
     --profile) PROF=1 ;;
     --vs-hf) VSHF=1; TESTS=0 ;;
     --verify) VER=1; TESTS=0 ;;
+    --pdl) PDL=1 ;;
+    --spec) SPEC=1 ;;
     *) PACK=$a ;;
   esac
 done
@@ -88,7 +94,7 @@ T=tests/fixtures/spec/models
     --out /tmp/bench_tiny.json
 } >>"$LOG/tests.txt" 2>&1
 tail -25 "$LOG/tests.txt"
-if [ $Q8B = 1 ]; then
+if [ $Q8B = 1 ] || [ $SPEC = 1 ]; then
   checkpoint
   B="$BIN/dspark bench --model $M --device cuda --dtype bf16 --mem-bandwidth-gbs 4130"
   q() { echo "== $*" >>"$LOG/q8b.txt"; ( time timeout 150 "$@" ) >>"$LOG/q8b.txt" 2>&1; tail -12 "$LOG/q8b.txt"; }
@@ -98,6 +104,8 @@ if [ $Q8B = 1 ]; then
   # the DSpark-shaped drafter (block 7; no confidence truncation, so the oracle's block is whole)
   q $B --max-tokens 128 --prompt-ids $M/prompt_ids.json --mode dspark --drafter $M/dspark-b7 --confidence-threshold 0 \
     --baseline-only --oracle-tau 2,4,6.5 --out "$LOG/bench_q8b_dspark.json"
+fi
+if [ $Q8B = 1 ]; then
   # the same baseline and verify cost on candle's own CUDA ops (our kernels off), same call
   q env DSPARK_CUDA_KERNELS=0 $B --max-tokens 128 --prompt-ids $M/prompt_ids.json --mode baseline \
     --verify-cost 4,8,16 --out "$LOG/bench_q8b_candle_ops.json"
@@ -121,6 +129,18 @@ if [ $VER = 1 ]; then
   q() { echo "== $*" >>"$LOG/q8b.txt"; ( time timeout 150 "$@" ) >>"$LOG/q8b.txt" 2>&1; tail -8 "$LOG/q8b.txt"; }
   q $B --prompt-ids $M/prompt_ids.json --verify-cost 4,8,16 --out "$LOG/bench_verify_1024.json"
   q $B --prompt-ids $M/prompt_ids_8192.json --verify-cost 4,8,16 --out "$LOG/bench_verify_8192.json"
+fi
+if [ $PDL = 1 ]; then
+  checkpoint
+  B="$BIN/dspark bench --model $M --device cuda --dtype bf16 --mem-bandwidth-gbs 4130 --mode baseline --max-tokens 128"
+  q() { echo "== $*" >>"$LOG/q8b.txt"; ( time timeout 150 "$@" ) >>"$LOG/q8b.txt" 2>&1; tail -8 "$LOG/q8b.txt"; }
+  for c in 1024 8192; do
+    ids=$M/prompt_ids.json; [ $c = 8192 ] && ids=$M/prompt_ids_8192.json
+    q $B --prompt-ids $ids --verify-cost 4,8,16 --out "$LOG/bench_pdl_$c.json"
+    q env DSPARK_CUDA_PDL=0 $B --prompt-ids $ids --verify-cost 4,8,16 --out "$LOG/bench_nopdl_$c.json"
+  done
+  K=target/cuda/kbench/cuda_chain_bench
+  if [ -x $K ]; then timeout 120 $K >>"$LOG/q8b.txt" 2>&1; tail -33 "$LOG/q8b.txt"; fi
 fi
 if [ $VSHF = 1 ]; then
   checkpoint

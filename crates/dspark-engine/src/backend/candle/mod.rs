@@ -523,6 +523,17 @@ impl Backend for CandleBackend {
         offset: usize,
     ) -> BResult<Tensor> {
         let _p = profile::span("kv_write");
+        #[cfg(feature = "cuda")]
+        if self.cuda_kernels()
+            && dim == 2
+            && cuda_dtype(dst.dtype())
+            && src.dtype() == dst.dtype()
+            && cuda_ops::CacheWrite::fits(dst.layout(), src.layout(), offset)
+        {
+            let op = cuda_ops::CacheWrite { at: offset };
+            dst.inplace_op2(src, &op).map_err(err)?;
+            return Ok(dst.clone());
+        }
         let src = src.contiguous().map_err(err)?;
         dst.slice_set(&src, dim, offset).map_err(err)?;
         Ok(dst.clone())

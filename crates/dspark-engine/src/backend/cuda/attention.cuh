@@ -174,6 +174,7 @@ __device__ void attn_combine(const float* __restrict__ scratch, T* __restrict__ 
 #define ATTN_SPLIT(NAME, T, LPK)                                                              \
     extern "C" __global__ void NAME(const T* q, const T* k, const T* v, float* scratch,        \
                                     AttnArgs a) {                                              \
+        pdl_enter();                                                                           \
         attn_split<T, LPK>(q, k, v, scratch, a);                                               \
     }
 ATTN_SPLIT(attn_split_f32_l1, float, 1)
@@ -187,9 +188,11 @@ ATTN_SPLIT(attn_split_bf16_l4, __nv_bfloat16, 4)
 ATTN_SPLIT(attn_split_bf16_l8, __nv_bfloat16, 8)
 ATTN_SPLIT(attn_split_bf16_l16, __nv_bfloat16, 16)
 extern "C" __global__ void attn_combine_f32(const float* scratch, float* o, AttnArgs a) {
+    pdl_enter();
     attn_combine<float>(scratch, o, a);
 }
 extern "C" __global__ void attn_combine_bf16(const float* scratch, __nv_bfloat16* o, AttnArgs a) {
+    pdl_enter();
     attn_combine<__nv_bfloat16>(scratch, o, a);
 }
 

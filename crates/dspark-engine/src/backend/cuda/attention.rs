@@ -5,11 +5,11 @@
 //! block. Both write the same per-split scratch, merged in split order by one combine kernel.
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
-use candle_core::cuda::WrapErr;
+use candle_core::cuda::cudarc::driver::{DeviceRepr, LaunchConfig};
 use candle_core::{CpuStorage, CudaStorage, CustomOp3, DType, Layout, Result, Shape};
 use half::bf16;
 
+use super::launch::Launch;
 use super::{cpu_only, msg, suffix, view};
 use crate::backend::AttnMask;
 
@@ -184,24 +184,26 @@ impl CustomOp3 for CacheAttention {
                     view::<$t>(ks, kl)?,
                     view::<$t>(vs, vl)?,
                 );
-                let mut bld = split_fn.builder();
-                bld.arg(&q);
-                bld.arg(&k);
-                bld.arg(&v);
-                bld.arg(&scratch);
-                bld.arg(&args);
+                let stream = dev.cuda_stream();
+let mut bld = Launch::new(&split_fn, &stream);
+                bld.buf(&q);
+                bld.buf(&k);
+                bld.buf(&v);
+                bld.buf(&scratch);
+                bld.val(&args);
                 // SAFETY: the arguments match the kernel's signature in attention*.cuh and every buffer
                 // outlives the launch in stream order (one stream; frees are stream-ordered).
-                unsafe { bld.launch(split_cfg) }.w()?;
+                unsafe { bld.run(split_cfg) }?;
                 // SAFETY: every element is written by the kernel below before anything reads it.
                 let o = unsafe { dev.alloc::<$t>(b * lq * hq * d)? };
-                let mut bld = comb_fn.builder();
-                bld.arg(&scratch);
-                bld.arg(&o);
-                bld.arg(&args);
+                let stream = dev.cuda_stream();
+let mut bld = Launch::new(&comb_fn, &stream);
+                bld.buf(&scratch);
+                bld.buf(&o);
+                bld.val(&args);
                 // SAFETY: the arguments match the kernel's signature in attention*.cuh and every buffer
                 // outlives the launch in stream order (one stream; frees are stream-ordered).
-                unsafe { bld.launch(comb_cfg) }.w()?;
+                unsafe { bld.run(comb_cfg) }?;
                 CudaStorage::wrap_cuda_slice(o, dev.clone())
             }};
         }

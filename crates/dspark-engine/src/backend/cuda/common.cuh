@@ -13,6 +13,22 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float
     return __float2bfloat16(x);
 }
 
+// Programmatic dependent launch (sm_90). The host launches our kernels with the
+// programmatic-serialization attribute (`launch.rs`), so a kernel's blocks may start while the
+// kernel before it on the stream is still running. Every kernel therefore calls `pdl_enter`
+// before it reads anything an earlier kernel wrote and before it writes anything at all (a
+// buffer it writes may be one the earlier kernel still reads: the memory pool reuses freed
+// buffers in stream order).
+// `griddepcontrol.wait` returns once the earlier grid has completed and its writes are
+// visible, so completion stays transitive along the stream. The trigger then lets the next
+// kernel's blocks launch as this one's last wave runs. Without the attribute both are no-ops.
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

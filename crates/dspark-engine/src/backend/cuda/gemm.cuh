@@ -29,6 +29,7 @@ __device__ void gemm_rows(const __nv_bfloat16* __restrict__ x, const __nv_bfloat
     for (int j = 0; j < NT; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
     const long chunks = (k + 31) / 32;
     const long c_lo = chunks * blockIdx.y / splits, c_hi = chunks * (blockIdx.y + 1) / splits;
+    pdl_enter();
     // UNROLL chunks' loads are issued before their MMAs (bytes in flight); the MMAs still run
     // in chunk order
     constexpr int UNROLL = U / NT > 0 ? U / NT : 1;
@@ -114,6 +115,7 @@ GEMM_ROWS(4, 4, 4)
 // ...; each row's partial sums meet in a fixed butterfly.
 extern "C" __global__ void gemm_rows_f32(const float* __restrict__ x, const float* __restrict__ w,
                                          float* __restrict__ y, int m, int n, int k, int ldx) {
+    pdl_enter();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const long col = (long)blockIdx.x * 8 + warp;
     if (col >= n) return;

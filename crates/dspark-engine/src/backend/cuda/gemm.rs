@@ -8,11 +8,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda::cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
-use candle_core::cuda::WrapErr;
+use candle_core::cuda::cudarc::driver::{CudaSlice, LaunchConfig};
 use candle_core::{CpuStorage, CudaDevice, CudaStorage, CustomOp2, DType, Layout, Result, Shape};
 use half::bf16;
 
+use super::launch::Launch;
 use super::{cpu_only, msg, row_stride, view, ROWS_MAX};
 use crate::backend::cuda_shapes::{gemm_plan as plan, SPLIT_TILES_MAX};
 
@@ -100,18 +100,19 @@ impl CustomOp2 for RowsGemm {
                     aligned as i32,
                     splits as i32,
                 );
-                let mut b = f.builder();
-                b.arg(&x);
-                b.arg(&w);
-                b.arg(&y);
-                b.arg(&mi);
-                b.arg(&ni);
-                b.arg(&ki);
-                b.arg(&li);
-                b.arg(&vi);
-                b.arg(&si);
                 let (partial, count);
                 let null = 0u64;
+                let stream = dev.cuda_stream();
+                let mut b = Launch::new(&f, &stream);
+                b.buf(&x);
+                b.buf(&w);
+                b.buf(&y);
+                b.val(&mi);
+                b.val(&ni);
+                b.val(&ki);
+                b.val(&li);
+                b.val(&vi);
+                b.val(&si);
                 if splits > 1 {
                     if tiles > SPLIT_TILES_MAX {
                         return Err(msg(format!("gemm: {tiles} tiles in a split launch")));
@@ -119,15 +120,15 @@ impl CustomOp2 for RowsGemm {
                     // SAFETY: each K range's block writes its rows before the last block reads them.
                     partial = unsafe { dev.alloc::<f32>(splits * m * n)? };
                     count = counters(&dev)?;
-                    b.arg(&partial);
-                    b.arg(&*count);
+                    b.buf(&partial);
+                    b.buf(&*count);
                 } else {
-                    b.arg(&null);
-                    b.arg(&null);
+                    b.val(&null);
+                    b.val(&null);
                 }
                 // SAFETY: the arguments match the kernel's signature in gemm.cuh and every buffer
                 // outlives the launch in stream order (one stream; frees are stream-ordered).
-                unsafe { b.launch(cfg) }.w()?;
+                unsafe { b.run(cfg) }?;
                 CudaStorage::wrap_cuda_slice(y, dev.clone())
             }
             DType::F32 => {
@@ -141,18 +142,19 @@ impl CustomOp2 for RowsGemm {
                     block_dim: (256, 1, 1),
                     shared_mem_bytes: 0,
                 };
-                let mut b = f.builder();
-                b.arg(&x);
-                b.arg(&w);
-                b.arg(&y);
+                let stream = dev.cuda_stream();
+                let mut b = Launch::new(&f, &stream);
+                b.buf(&x);
+                b.buf(&w);
+                b.buf(&y);
                 let (mi, ni, ki, li) = (m as i32, n as i32, k as i32, ldx as i32);
-                b.arg(&mi);
-                b.arg(&ni);
-                b.arg(&ki);
-                b.arg(&li);
+                b.val(&mi);
+                b.val(&ni);
+                b.val(&ki);
+                b.val(&li);
                 // SAFETY: the arguments match the kernel's signature in gemm.cuh and every buffer
                 // outlives the launch in stream order (one stream; frees are stream-ordered).
-                unsafe { b.launch(cfg) }.w()?;
+                unsafe { b.run(cfg) }?;
                 CudaStorage::wrap_cuda_slice(y, dev.clone())
             }
             other => return Err(msg(format!("gemm: {other:?} is not supported"))),

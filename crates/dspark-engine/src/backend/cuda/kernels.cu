@@ -14,9 +14,11 @@
 //   - rows.cuh: argmax (the host's rule), SwiGLU over strided halves, RMSNorm with the
 //     residual add fused in front.
 //   - rope.cuh: per-head RMSNorm and rotary embedding in one pass, strided in, [b, h, L, d] out.
+//   - cache.cuh: the KV cache write, a strided source straight into the cache rows.
 #include "common.cuh"
 #include "gemm.cuh"
 #include "attention.cuh"
 #include "attention_mma.cuh"
 #include "rows.cuh"
 #include "rope.cuh"
+#include "cache.cuh"

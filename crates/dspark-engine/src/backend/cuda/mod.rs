@@ -11,7 +11,10 @@
 //!   device, `silu(gate) · up` over strided halves, RMSNorm alone or with the residual add fused
 //!   in front;
 //! - [`NormRope`] (`rope.rs`): per-head RMSNorm and the rotary embedding in one launch, from a
-//!   projection's strided view to `[b, heads, L, d]`.
+//!   projection's strided view to `[b, heads, L, d]`;
+//! - [`CacheWrite`] (`cache_write.rs`): the KV cache write from a strided source, in place;
+//!
+//! all put on the stream with programmatic dependent launch (`launch.rs`).
 
 use candle_core::cuda::cudarc::driver::CudaView;
 use candle_core::cuda::CudaDType;
@@ -39,22 +42,44 @@ macro_rules! func {
                 "this build has no dspark CUDA kernels (built with DSPARK_PTX_STUB)",
             ))
         } else {
-            $dev.get_or_load_custom_func(
-                $name,
-                $crate::backend::cuda::MODULE,
-                $crate::backend::cuda::PTX,
-            )
+            $crate::backend::cuda::load_func(&$dev, $name)
         }
     }};
 }
 
+/// Kernel `name` of our module on `dev`, looked up once per device: candle's lookup makes a C
+/// string and asks the driver at every call, which is host time on every launch.
+fn load_func(
+    dev: &CudaDevice,
+    name: &str,
+) -> Result<candle_core::cuda::cudarc::driver::CudaFunction> {
+    use candle_core::cuda::cudarc::driver::CudaFunction;
+    use std::collections::HashMap;
+    type Map = HashMap<candle_core::cuda::DeviceId, HashMap<String, CudaFunction>>;
+    static FUNCS: std::sync::Mutex<Option<Map>> = std::sync::Mutex::new(None);
+    let mut g = FUNCS.lock().unwrap_or_else(|p| p.into_inner());
+    let per = g
+        .get_or_insert_with(HashMap::new)
+        .entry(dev.id())
+        .or_default();
+    if let Some(f) = per.get(name) {
+        return Ok(f.clone());
+    }
+    let f: CudaFunction = (*dev.get_or_load_custom_func(name, MODULE, PTX)?).clone();
+    per.insert(name.to_string(), f.clone());
+    Ok(f)
+}
+
 // after the macro, which the kernel families use
 mod attention;
+mod cache_write;
 mod gemm;
+mod launch;
 mod rope;
 mod rows;
 
 pub use attention::CacheAttention;
+pub use cache_write::CacheWrite;
 pub use gemm::RowsGemm;
 pub use rope::NormRope;
 pub use rows::{AddRmsNorm, ArgmaxRows, RmsNorm, Swiglu};

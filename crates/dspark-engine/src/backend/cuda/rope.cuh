@@ -43,10 +43,12 @@ __device__ void norm_rope(const T* __restrict__ x, const T* __restrict__ w,
 }
 extern "C" __global__ void norm_rope_f32(const float* x, const float* w, const float* cos,
                                          const float* sin, float* out, RopeArgs a) {
+    pdl_enter();
     norm_rope<float>(x, w, cos, sin, out, a);
 }
 extern "C" __global__ void norm_rope_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w,
                                           const __nv_bfloat16* cos, const __nv_bfloat16* sin,
                                           __nv_bfloat16* out, RopeArgs a) {
+    pdl_enter();
     norm_rope<__nv_bfloat16>(x, w, cos, sin, out, a);
 }

@@ -3,13 +3,13 @@
 //! `[b, heads, L, d]` contiguous: it replaces a norm, a transposing copy and a rope.
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
-use candle_core::cuda::WrapErr;
+use candle_core::cuda::cudarc::driver::{DeviceRepr, LaunchConfig};
 use candle_core::{
     CpuStorage, CudaStorage, CustomOp1, DType, Layout, Result, Shape, Storage, Tensor,
 };
 use half::bf16;
 
+use super::launch::Launch;
 use super::{cpu_only, msg, suffix, view};
 
 /// Kernel arguments (layout shared with `RopeArgs` in rope.cuh).
@@ -118,19 +118,20 @@ impl CustomOp1 for NormRope<'_> {
                     with_slice(self.sin, |ss, sl| {
                         let (cos, sin) = (view::<$t>(cs, cl)?, view::<$t>(ss, sl)?);
                         let launch = |w: Option<&candle_core::cuda::cudarc::driver::CudaView<'_, $t>>| {
-                            let mut bld = f.builder();
-                            bld.arg(&x);
+                            let stream = dev.cuda_stream();
+let mut bld = Launch::new(&f, &stream);
+                            bld.buf(&x);
                             match w {
-                                Some(w) => bld.arg(w),
-                                None => bld.arg(&null),
+                                Some(w) => bld.buf(w),
+                                None => bld.val(&null),
                             };
-                            bld.arg(&cos);
-                            bld.arg(&sin);
-                            bld.arg(&out);
-                            bld.arg(&args);
+                            bld.buf(&cos);
+                            bld.buf(&sin);
+                            bld.buf(&out);
+                            bld.val(&args);
                             // SAFETY: the arguments match norm_rope's signature in rope.cuh and every
                             // buffer outlives the launch in stream order (one stream).
-                            unsafe { bld.launch(cfg) }.w().map(|_| ())
+                            unsafe { bld.run(cfg) }
                         };
                         match self.norm {
                             Some((w, _)) => with_slice(w, |ws, wl| launch(Some(&view::<$t>(ws, wl)?))),

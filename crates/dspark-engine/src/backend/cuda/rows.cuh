@@ -32,9 +32,11 @@ __device__ void argmax_rows(const T* __restrict__ x, uint32_t* __restrict__ out,
     if (threadIdx.x == 0) out[blockIdx.x] = bi[0] == 0xffffffffu ? 0u : bi[0];
 }
 extern "C" __global__ void argmax_rows_f32(const float* x, uint32_t* out, int n, long ld) {
+    pdl_enter();
     argmax_rows<float>(x, out, n, ld);
 }
 extern "C" __global__ void argmax_rows_bf16(const __nv_bfloat16* x, uint32_t* out, int n, long ld) {
+    pdl_enter();
     argmax_rows<__nv_bfloat16>(x, out, n, ld);
 }
 
@@ -52,10 +54,12 @@ __device__ void swiglu_rows(const T* g, const T* u, T* o, long rows, int cols, l
 }
 extern "C" __global__ void swiglu_f32(const float* g, const float* u, float* o, long rows,
                                       int cols, long ldg, long ldu) {
+    pdl_enter();
     swiglu_rows<float>(g, u, o, rows, cols, ldg, ldu);
 }
 extern "C" __global__ void swiglu_bf16(const __nv_bfloat16* g, const __nv_bfloat16* u,
                                        __nv_bfloat16* o, long rows, int cols, long ldg, long ldu) {
+    pdl_enter();
     swiglu_rows<__nv_bfloat16>(g, u, o, rows, cols, ldg, ldu);
 }
 
@@ -175,10 +179,12 @@ __device__ void add_rms_norm(const T* __restrict__ x, const T* __restrict__ r,
 }
 extern "C" __global__ void add_rms_norm_f32(const float* x, const float* r, const float* w,
                                             float* sum, float* y, NormRows a) {
+    pdl_enter();
     add_rms_norm<float>(x, r, w, sum, y, a);
 }
 extern "C" __global__ void add_rms_norm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* r,
                                              const __nv_bfloat16* w, __nv_bfloat16* sum,
                                              __nv_bfloat16* y, NormRows a) {
+    pdl_enter();
     add_rms_norm<__nv_bfloat16>(x, r, w, sum, y, a);
 }

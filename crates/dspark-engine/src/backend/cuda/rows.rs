@@ -3,13 +3,13 @@
 //! and one op less for the host to enqueue).
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
-use candle_core::cuda::WrapErr;
+use candle_core::cuda::cudarc::driver::{DeviceRepr, LaunchConfig};
 use candle_core::{
     CpuStorage, CudaStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape,
 };
 use half::bf16;
 
+use super::launch::Launch;
 use super::{cpu_only, msg, row_levels, row_stride, suffix, view};
 use crate::backend::cuda_shapes::{norm_threads, NORM_CH};
 
@@ -46,14 +46,15 @@ impl CustomOp1 for ArgmaxRows {
         macro_rules! run {
             ($t:ty) => {{
                 let x = view::<$t>(s, l)?;
-                let mut b = f.builder();
-                b.arg(&x);
-                b.arg(&out);
-                b.arg(&ni);
-                b.arg(&ld);
+                let stream = dev.cuda_stream();
+                let mut b = Launch::new(&f, &stream);
+                b.buf(&x);
+                b.buf(&out);
+                b.val(&ni);
+                b.val(&ld);
                 // SAFETY: the arguments match the kernel's signature in rows.cuh and every buffer
                 // outlives the launch in stream order (one stream; frees are stream-ordered).
-                unsafe { b.launch(cfg) }.w()?;
+                unsafe { b.run(cfg) }?;
             }};
         }
         match s.dtype() {
@@ -114,17 +115,18 @@ impl CustomOp2 for Swiglu {
                 let (g, u) = (view::<$t>(gs, gl)?, view::<$t>(us, ul)?);
                 // SAFETY: every element is written by the kernel below before anything reads it.
                 let o = unsafe { dev.alloc::<$t>(total.max(1))? };
-                let mut b = f.builder();
-                b.arg(&g);
-                b.arg(&u);
-                b.arg(&o);
-                b.arg(&r);
-                b.arg(&c);
-                b.arg(&ldg);
-                b.arg(&ldu);
+                let stream = dev.cuda_stream();
+                let mut b = Launch::new(&f, &stream);
+                b.buf(&g);
+                b.buf(&u);
+                b.buf(&o);
+                b.val(&r);
+                b.val(&c);
+                b.val(&ldg);
+                b.val(&ldu);
                 // SAFETY: the arguments match the kernel's signature in rows.cuh and every buffer
                 // outlives the launch in stream order (one stream; frees are stream-ordered).
-                unsafe { b.launch(cfg) }.w()?;
+                unsafe { b.run(cfg) }?;
                 CudaStorage::wrap_cuda_slice(o, dev.clone())
             }};
         }
@@ -229,23 +231,24 @@ fn launch_norm(
             let out = unsafe { dev.alloc::<$t>((outs * rows * h).max(1))? };
             {
                 let (sum, y) = (out.slice(..rows * h), out.slice((outs - 1) * rows * h..));
-                let mut b = f.builder();
-                b.arg(&x);
+                let stream = dev.cuda_stream();
+                let mut b = Launch::new(&f, &stream);
+                b.buf(&x);
                 match &r {
-                    Some(r) => b.arg(r),
-                    None => b.arg(&null),
+                    Some(r) => b.buf(r),
+                    None => b.val(&null),
                 };
-                b.arg(&w);
+                b.buf(&w);
                 if res.is_some() {
-                    b.arg(&sum);
+                    b.buf(&sum);
                 } else {
-                    b.arg(&null);
+                    b.val(&null);
                 }
-                b.arg(&y);
-                b.arg(&args);
+                b.buf(&y);
+                b.val(&args);
                 // SAFETY: the arguments match add_rms_norm's signature in rows.cuh and every
                 // buffer outlives the launch in stream order (one stream; stream-ordered frees).
-                unsafe { b.launch(cfg) }.w()?;
+                unsafe { b.run(cfg) }?;
             }
             CudaStorage::wrap_cuda_slice(out, dev.clone())
         }};

@@ -1,0 +1,238 @@
+// One Qwen3-8B-shaped decode step (36 layers + the LM head) as the engine enqueues it, made of
+// dspark's own kernels (crates/dspark-engine/src/backend/cuda/kernels.cu, included as is), timed
+// four ways on one stream: plain launches, programmatic dependent launch (PDL, what the engine
+// does), PDL with an L2 prefetch of each GEMM's first weight bytes, and the step captured as a
+// CUDA graph and replayed (plain and PDL). It answers how much of the step is launch gaps and
+// tails, and checks that every way gives the same bits (the argmax ids and the last hidden row).
+// Built by scripts/bench/cuda-kernel-bench.sh (beside cuda_kernel_bench); run on the GPU machine
+// with no arguments; JSON lines on stdout.
+//
+// Per layer, as `model/` runs it on CUDA: add + RMSNorm (the residual of the layer before),
+// fused qkv GEMM, per-head norm + rope of q and of k, two cache writes (candle copy kernels in
+// the engine: here a plain copy kernel without PDL, as candle launches it), attention on tensor
+// cores + split combine, o GEMM, add + RMSNorm, fused gate/up GEMM, SwiGLU, down GEMM. Then the
+// final add + norm, the LM head and the argmax.
+#include "../../crates/dspark-engine/src/backend/cuda/kernels.cu"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define CK(x)                                                                          \
+    do {                                                                               \
+        cudaError_t e_ = (x);                                                          \
+        if (e_ != cudaSuccess) {                                                       \
+            fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+            exit(1);                                                                   \
+        }                                                                              \
+    } while (0)
+
+typedef __nv_bfloat16 bf;
+
+__global__ void fill(bf* p, long n, unsigned seed, float scale) {
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)i * 2654435761u ^ seed;
+        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
+        p[i] = __float2bfloat16(((h & 0xffffff) / 16777216.0f - 0.5f) * scale);
+    }
+}
+
+// The cache write: rows of d values from a strided source into [heads, maxl, d] at `pos`
+// (what candle's strided copy does in the engine; launched without PDL, as candle does).
+__global__ void kv_copy(const bf* src, long s_row, long s_head, bf* cache, int maxl, int pos, int d) {
+    const int h = blockIdx.x, r = blockIdx.y;
+    for (int i = threadIdx.x; i < d; i += blockDim.x)
+        cache[((long)h * maxl + pos + r) * d + i] = src[r * s_row + h * s_head + i];
+}
+
+static cudaStream_t g_s;
+static bool g_pdl = false;
+static int g_pf = 0;
+
+template <typename... K, typename... A>
+static void go(void (*k)(K...), dim3 grid, dim3 block, bool pdl_ok, A... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = g_s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = (g_pdl && pdl_ok) ? 1 : 0;
+    CK(cudaLaunchKernelEx(&cfg, k, args...));
+}
+
+static const int L = 36, H = 4096, HQ = 32, HKV = 8, D = 128, I = 12288, V = 151936;
+static const int QKV = (HQ + 2 * HKV) * D, MAXL = 8192 + 16;
+
+struct Layer { bf *qkv, *o, *gu, *down, *n_in, *n_post, *qn, *kn, *kc, *vc; };
+
+static float* g_partial;
+static unsigned* g_counters;
+
+static void gemm(const bf* x, const bf* w, bf* y, int m, int n, int k) {
+    // the engine's plan (backend/cuda_shapes.rs gemm_plan)
+    int nt, warps, splits;
+    if (n >= 16384) { nt = 4; warps = 4; splits = 1; }
+    else if (n >= 6144) { nt = 2; warps = 8; splits = 1; }
+    else if (k >= 2048) { nt = 2; warps = 4; splits = 4; }
+    else { nt = 1; warps = 8; splits = 1; }
+    dim3 grid((n + 8 * nt - 1) / (8 * nt), splits);
+    auto f = nt == 4 ? (warps == 4 ? gemm_rows_bf16_nt4_w4 : gemm_rows_bf16_nt4_w8)
+           : nt == 2 ? (warps == 4 ? gemm_rows_bf16_nt2_w4 : gemm_rows_bf16_nt2_w8)
+                     : (warps == 4 ? gemm_rows_bf16_nt1_w4 : gemm_rows_bf16_nt1_w8);
+    go(f, grid, dim3(32 * warps), true, x, w, y, m, n, k, k, 1, splits,
+       splits > 1 ? g_partial : (float*)nullptr, splits > 1 ? g_counters : (unsigned*)nullptr, g_pf);
+}
+
+struct Bufs { bf *x, *delta, *sum, *y, *qkv, *q, *k, *att, *ob, *gu, *act, *logits; float* scratch; uint32_t* ids; };
+
+// One step of m rows at cache position `pos` (context `pos` keys before it).
+static void step(std::vector<Layer>& ls, bf* fnorm, bf* head, bf* cosb, bf* sinb, Bufs& b, int m, int pos) {
+    for (int l = 0; l < L; ++l) {
+        Layer& w = ls[l];
+        NormRows na = {m, H, 0, m, H, 0, H, 1, 1e-6f};
+        go(add_rms_norm_bf16, dim3(m), dim3(512), true, (const bf*)b.x, (const bf*)b.delta, (const bf*)w.n_in, b.sum, b.y, na);
+        std::swap(b.x, b.sum);
+        gemm(b.y, w.qkv, b.qkv, m, QKV, H);
+        RopeArgs rq = {(long)m * QKV, QKV, D, HQ, m, D, pos, 0, 1, 1e-6f};
+        go(norm_rope_bf16, dim3(m * HQ), dim3(D / 2), true, (const bf*)b.qkv, (const bf*)w.qn, (const bf*)cosb, (const bf*)sinb, b.q, rq);
+        RopeArgs rk = {(long)m * QKV, QKV, D, HKV, m, D, pos, 0, 1, 1e-6f};
+        go(norm_rope_bf16, dim3(m * HKV), dim3(D / 2), true, (const bf*)(b.qkv + HQ * D), (const bf*)w.kn, (const bf*)cosb, (const bf*)sinb, b.k, rk);
+        // k rows are [heads, m, d] after norm_rope; v is the projection's strided slice
+        go(kv_copy, dim3(HKV, m), dim3(128), false, (const bf*)b.k, (long)D, (long)m * D, w.kc, MAXL, pos, D);
+        go(kv_copy, dim3(HKV, m), dim3(128), false, (const bf*)(b.qkv + (HQ + HKV) * D), (long)QKV, (long)D, w.vc, MAXL, pos, D);
+        AttnArgs a;
+        a.q_b = (long)HQ * m * D; a.q_h = (long)m * D; a.q_r = D;
+        a.k_b = (long)HKV * MAXL * D; a.k_h = (long)MAXL * D; a.k_r = D;
+        a.v_b = a.k_b; a.v_h = a.k_h; a.v_r = a.k_r;
+        a.hq = HQ; a.hkv = HKV; a.lq = m; a.lk = pos + m; a.d = D; a.kind = 1; a.off = pos; a.window = 0;
+        a.splits = (a.lk + SPLIT - 1) / SPLIT; a.vec = 1; a.scale = 0.088388f;
+        const int tiles = (m * (HQ / HKV) + 15) / 16;
+        go(attn_mma_bf16_d128, dim3(a.splits, HKV, tiles), dim3(128), true, (const bf*)b.q, (const bf*)w.kc, (const bf*)w.vc, b.scratch, a);
+        go(attn_combine_bf16, dim3(HQ, m), dim3(128), true, (const float*)b.scratch, b.att, a);
+        gemm(b.att, w.o, b.ob, m, H, H);
+        go(add_rms_norm_bf16, dim3(m), dim3(512), true, (const bf*)b.x, (const bf*)b.ob, (const bf*)w.n_post, b.sum, b.y, na);
+        std::swap(b.x, b.sum);
+        gemm(b.y, w.gu, b.gu, m, 2 * I, H);
+        go(swiglu_bf16, dim3((m * I + 255) / 256), dim3(256), true, (const bf*)b.gu, (const bf*)(b.gu + I), b.act, (long)m, I, (long)2 * I, (long)2 * I);
+        gemm(b.act, w.down, b.delta, m, H, I);
+    }
+    NormRows na = {m, H, 0, m, H, 0, H, 1, 1e-6f};
+    go(add_rms_norm_bf16, dim3(m), dim3(512), true, (const bf*)b.x, (const bf*)b.delta, (const bf*)fnorm, b.sum, b.y, na);
+    gemm(b.y, head, b.logits, m, V, H);
+    go(argmax_rows_bf16, dim3(m), dim3(256), true, (const bf*)b.logits, b.ids, V, (long)V);
+}
+
+int main() {
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("{\"device\": \"%s\", \"sms\": %d}\n", prop.name, prop.multiProcessorCount);
+    CK(cudaStreamCreateWithFlags(&g_s, cudaStreamNonBlocking));
+    auto alloc = [](long n, unsigned seed, float scale) {
+        bf* p;
+        CK(cudaMalloc(&p, n * 2));
+        fill<<<1024, 256>>>(p, n, seed, scale);
+        return p;
+    };
+    std::vector<Layer> ls(L);
+    double wbytes = 0;
+    for (int l = 0; l < L; ++l) {
+        const unsigned s = 1000 * (l + 1);
+        ls[l] = {alloc((long)QKV * H, s + 1, 0.05f), alloc((long)H * H, s + 2, 0.05f), alloc(2L * I * H, s + 3, 0.05f),
+                 alloc((long)H * I, s + 4, 0.03f), alloc(H, s + 5, 2.f), alloc(H, s + 6, 2.f), alloc(D, s + 7, 2.f),
+                 alloc(D, s + 8, 2.f), alloc((long)HKV * MAXL * D, s + 9, 1.f), alloc((long)HKV * MAXL * D, s + 10, 1.f)};
+        wbytes += 2.0 * ((double)QKV * H + (double)H * H + 2.0 * I * H + (double)H * I);
+    }
+    bf* fnorm = alloc(H, 7, 2.f);
+    bf* head = alloc((long)V * H, 8, 0.05f);
+    wbytes += 2.0 * V * H;
+    bf* cosb = alloc((long)MAXL * D / 2, 9, 2.f);
+    bf* sinb = alloc((long)MAXL * D / 2, 10, 2.f);
+    Bufs b;
+    const int M = 16;
+    b.x = alloc((long)M * H, 11, 1.f); b.delta = alloc((long)M * H, 12, 1.f);
+    b.sum = alloc((long)M * H, 13, 0.f); b.y = alloc((long)M * H, 14, 0.f);
+    b.qkv = alloc((long)M * QKV, 15, 0.f); b.q = alloc((long)M * HQ * D, 16, 0.f);
+    b.k = alloc((long)M * HKV * D, 17, 0.f); b.att = alloc((long)M * H, 18, 0.f);
+    b.ob = alloc((long)M * H, 19, 0.f); b.gu = alloc(2L * M * I, 20, 0.f);
+    b.act = alloc((long)M * I, 21, 0.f); b.logits = alloc((long)M * V, 22, 0.f);
+    CK(cudaMalloc(&b.scratch, (long)M * HQ * (MAXL / SPLIT + 1) * (D + 2) * 4));
+    CK(cudaMalloc(&b.ids, M * 4));
+    CK(cudaMalloc(&g_partial, 4L * M * 160000 * 4));
+    CK(cudaMalloc(&g_counters, 200000 * 4));
+    CK(cudaMemset(g_counters, 0, 200000 * 4));
+    CK(cudaDeviceSynchronize());
+    bf* x0 = alloc((long)M * H, 11, 1.f);
+    bf* d0 = alloc((long)M * H, 12, 1.f);
+    printf("{\"weights_gb_per_step\": %.3f}\n", wbytes / 1e9);
+
+    struct Way { const char* name; bool pdl; int pf; bool graph; };
+    const Way ways[] = {{"plain", false, 0, false}, {"pdl", true, 0, false}, {"pdl_prefetch1k", true, 1024, false},
+                        {"pdl_prefetch2k", true, 2048, false}, {"pdl_prefetch4k", true, 4096, false},
+                        {"graph", false, 0, true}, {"graph_pdl", true, 0, true}, {"graph_pdl_prefetch2k", true, 2048, true}};
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    for (int ctx : {1024, 8192})
+        for (int m : {1, 16}) {
+            std::vector<uint32_t> ref_ids;
+            std::vector<unsigned short> ref_x;
+            for (const Way& w : ways) {
+                g_pdl = w.pdl;
+                g_pf = w.pf;
+                auto reset = [&] {
+                    CK(cudaMemcpyAsync(b.x, x0, (long)M * H * 2, cudaMemcpyDeviceToDevice, g_s));
+                    CK(cudaMemcpyAsync(b.delta, d0, (long)M * H * 2, cudaMemcpyDeviceToDevice, g_s));
+                };
+                // the same buffers in every run: the swaps of x and sum are undone by an even count
+                bf* bx = b.x; bf* bs = b.sum;
+                cudaGraphExec_t exec = nullptr;
+                if (w.graph) {
+                    cudaGraph_t g;
+                    CK(cudaStreamBeginCapture(g_s, cudaStreamCaptureModeThreadLocal));
+                    step(ls, fnorm, head, cosb, sinb, b, m, ctx);
+                    CK(cudaStreamEndCapture(g_s, &g));
+                    CK(cudaGraphInstantiate(&exec, g, 0));
+                    CK(cudaGraphDestroy(g));
+                    b.x = bx; b.sum = bs;
+                }
+                auto run = [&] {
+                    if (exec) CK(cudaGraphLaunch(exec, g_s));
+                    else step(ls, fnorm, head, cosb, sinb, b, m, ctx);
+                    b.x = bx; b.sum = bs;
+                };
+                // check: one step from the same inputs
+                reset();
+                run();
+                CK(cudaStreamSynchronize(g_s));
+                std::vector<uint32_t> ids(m);
+                std::vector<unsigned short> xs((size_t)m * H);
+                CK(cudaMemcpy(ids.data(), b.ids, m * 4, cudaMemcpyDeviceToHost));
+                // after 2 * L + 1 swaps... the final add + norm wrote `sum` last: read the normed y
+                CK(cudaMemcpy(xs.data(), b.y, xs.size() * 2, cudaMemcpyDeviceToHost));
+                if (ref_ids.empty()) { ref_ids = ids; ref_x = xs; }
+                const bool same = ids == ref_ids && xs == ref_x;
+                // time: 3 warm-up steps, then the best of 5 runs of 10 steps
+                for (int i = 0; i < 3; ++i) run();
+                float best = 1e9;
+                for (int rep = 0; rep < 5; ++rep) {
+                    CK(cudaEventRecord(e0, g_s));
+                    for (int i = 0; i < 10; ++i) run();
+                    CK(cudaEventRecord(e1, g_s));
+                    CK(cudaEventSynchronize(e1));
+                    float ms;
+                    CK(cudaEventElapsedTime(&ms, e0, e1));
+                    best = fminf(best, ms / 10.f);
+                }
+                CK(cudaGetLastError());
+                printf("{\"way\": \"%s\", \"context\": %d, \"rows\": %d, \"ms_per_step\": %.3f, \"weights_gbs\": %.0f, "
+                       "\"same_bits_as_plain\": %s}\n",
+                       w.name, ctx, m, best, wbytes / best / 1e6, same ? "true" : "false");
+                if (exec) CK(cudaGraphExecDestroy(exec));
+            }
+        }
+    CK(cudaDeviceSynchronize());
+    return 0;
+}
