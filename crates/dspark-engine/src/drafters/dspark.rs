@@ -13,14 +13,14 @@
 use rand::RngCore;
 use serde_json::Value;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, DType};
 use crate::constrain::Drafting;
 use crate::error::EngineError;
 use crate::model::gemma::GemmaSpec;
 use crate::model::kv_injection::{DrafterConfig, KvInjectionNet};
 use crate::model::layer::{linear, load_err, tensor};
 use crate::model::transformer::Transformer;
-use crate::sampling::{distribution, pick, sample_index, SamplingParams};
+use crate::sampling::{distribution, pick, plain_greedy, sample_index, SamplingParams};
 use crate::spec::{Drafter, DrafterState, Proposal, SpecParams};
 use crate::weights::{LoadError, WeightSource};
 
@@ -113,15 +113,93 @@ impl<B: Backend> DSpark<B> {
         })
     }
 
-    /// `w2(w1[prev])`, the Markov bias for the row after `prev`.
-    fn markov_bias(&self, b: &B, prev: u32) -> Result<Option<Vec<f32>>, EngineError> {
+    /// `w2(w1[prev])`, the Markov bias for the row after `prev` (`[1, vocab]`, on the device).
+    fn markov_bias(&self, b: &B, prev: u32) -> Result<Option<B::Tensor>, EngineError> {
         match (&self.markov_w1, &self.markov_w2) {
             (Some(w1), Some(w2)) => {
                 let e = b.embedding_ids(w1, &[prev], &[1])?;
-                Ok(Some(b.to_f32_vec(&b.matmul(&e, w2)?)?))
+                Ok(Some(b.matmul(&e, w2)?))
             }
             _ => Ok(None),
         }
+    }
+
+    /// Plain greedy drafts with every row's argmax taken on the device (a GPU): row i of
+    /// `logits` (`[1, n, vocab]`) plus the Markov bias of the token before, summed in f32 as
+    /// the host path sums them, so only one id per row crosses the bus (instead of every row
+    /// and every bias as f32). Returns the drafts and the token before each.
+    fn greedy_on_device(
+        &self,
+        b: &B,
+        logits: &B::Tensor,
+        n: usize,
+        pending: u32,
+    ) -> Result<(Vec<u32>, Vec<u32>), EngineError> {
+        let vocab = *b.dims(logits).last().unwrap_or(&0);
+        let (mut tokens, mut prevs) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        let mut prev = pending;
+        for i in 0..n {
+            let mut row = b.narrow(logits, 1, i, 1)?;
+            if let Some(bias) = self.markov_bias(b, prev)? {
+                let bias = b.reshape(&bias, &[1, 1, vocab])?;
+                row = b.add(
+                    &b.to_dtype(&row, DType::F32)?,
+                    &b.to_dtype(&bias, DType::F32)?,
+                )?;
+            }
+            let d = b.to_u32_vec(&b.argmax_last(&row)?)?[0];
+            prevs.push(prev);
+            tokens.push(d);
+            prev = d;
+        }
+        Ok((tokens, prevs))
+    }
+
+    /// Drafts chosen on the host from whole rows (sampling, or greedy with logit processors,
+    /// a grammar or on the CPU): returns the drafts, their draft distributions when sampling,
+    /// and the token before each.
+    #[allow(clippy::type_complexity)]
+    fn choose_on_host(
+        &self,
+        b: &B,
+        logits: &B::Tensor,
+        vocab: usize,
+        pending: u32,
+        sampling: &SamplingParams,
+        rng: &mut dyn RngCore,
+    ) -> Result<(Vec<u32>, Vec<Vec<f32>>, Vec<u32>), EngineError> {
+        let host = b.to_f32_vec(logits)?;
+        let mut tokens = Vec::new();
+        let mut qs = Vec::new();
+        let mut prev = pending;
+        let mut prevs = Vec::new();
+        // under a grammar, row i is masked after drafts 0..i (as verification will mask it)
+        let mut grammar = Drafting::new(sampling);
+        for row in host.chunks_exact(vocab) {
+            if !grammar.open() {
+                break;
+            }
+            let mut row = row.to_vec();
+            if let Some(bias) = self.markov_bias(b, prev)? {
+                for (x, y) in row.iter_mut().zip(b.to_f32_vec(&bias)?) {
+                    *x += y;
+                }
+            }
+            grammar.mask(&mut row)?;
+            let d = if sampling.is_greedy() {
+                pick(&row, sampling, rng)
+            } else {
+                let q = distribution(&row, sampling);
+                let d = sample_index(&q, rng);
+                qs.push(q);
+                d
+            };
+            grammar.chose(d)?;
+            prevs.push(prev);
+            tokens.push(d);
+            prev = d;
+        }
+        Ok((tokens, qs, prevs))
     }
 
     /// Confidence of each kept row given its previous token.
@@ -213,38 +291,12 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
         if let Some(cap) = self.net.cfg.final_logit_softcapping {
             logits = b.softcap(&logits, cap)?;
         }
-        let host = b.to_f32_vec(&logits)?;
-        let vocab = target.cfg.vocab_size;
-        let mut tokens = Vec::with_capacity(n);
-        let mut qs = Vec::new();
-        let mut prev = pending;
-        let mut prevs = Vec::with_capacity(n);
-        // under a grammar, row i is masked after drafts 0..i (as verification will mask it)
-        let mut grammar = Drafting::new(sampling);
-        for row in host.chunks_exact(vocab) {
-            if !grammar.open() {
-                break;
-            }
-            let mut row = row.to_vec();
-            if let Some(bias) = self.markov_bias(b, prev)? {
-                for (x, y) in row.iter_mut().zip(bias) {
-                    *x += y;
-                }
-            }
-            grammar.mask(&mut row)?;
-            let d = if sampling.is_greedy() {
-                pick(&row, sampling, rng)
-            } else {
-                let q = distribution(&row, sampling);
-                let d = sample_index(&q, rng);
-                qs.push(q);
-                d
-            };
-            grammar.chose(d)?;
-            prevs.push(prev);
-            tokens.push(d);
-            prev = d;
-        }
+        let (mut tokens, mut qs, prevs) = if plain_greedy(sampling) && b.device_argmax() {
+            let (tokens, prevs) = self.greedy_on_device(b, &logits, n, pending)?;
+            (tokens, Vec::new(), prevs)
+        } else {
+            self.choose_on_host(b, &logits, target.cfg.vocab_size, pending, sampling, rng)?
+        };
         if spec.confidence_threshold > 0.0 {
             if let Some(c) = self.confidences(b, &rows, &prevs)? {
                 let mut keep = 1;
