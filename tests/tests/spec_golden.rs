@@ -101,6 +101,21 @@ fn dspark_and_dflash_match_mlx_dspark_round_by_round() {
     on_backend!(match_mlx_dspark)
 }
 
+/// The greedy loops' device-argmax code (verification picks, DFlash's proposal ids, DSpark's
+/// per-row argmax with the Markov bias added on the device) is what runs on a GPU; here the CPU
+/// backend is made to take it, and it must reproduce the same goldens round by round.
+#[test]
+fn device_argmax_paths_match_mlx_dspark_on_the_cpu() {
+    if matches!(
+        dspark_tests::selected_backend(),
+        dspark_tests::Which::Candle
+    ) {
+        let b = dspark_tests::candle_backend().with_device_argmax(true);
+        assert!(b.device_argmax());
+        match_mlx_dspark(b);
+    }
+}
+
 fn match_mlx_dspark<B: Backend>(b: B) {
     let g: Value =
         serde_json::from_str(&std::fs::read_to_string(fixture("spec/golden_mlx.json")).unwrap())

@@ -47,6 +47,8 @@ pub struct CandleBackend {
     /// attention; `DSPARK_CPU_KERNELS=0` / `DSPARK_CUDA_KERNELS=0` turns them off (candle's own
     /// ops), for before/after comparisons in one binary.
     own_kernels: bool,
+    /// Take the device-argmax paths on the CPU too ([`CandleBackend::with_device_argmax`]).
+    cpu_device_argmax: bool,
     /// What each loaded weight became (see `take_load_report`).
     report: std::sync::Arc<std::sync::Mutex<crate::backend::load_report::LoadReport>>,
     /// The last attention mask built, with its key: every layer of one forward asks for the
@@ -83,6 +85,7 @@ impl CandleBackend {
             dtype: DType::F32,
             keep_quantized: false,
             own_kernels: own_kernels_from_env(),
+            cpu_device_argmax: false,
             report: Default::default(),
             last_mask: Default::default(),
         }
@@ -105,6 +108,7 @@ impl CandleBackend {
             device,
             dtype: DType::BF16,
             keep_quantized: false,
+            cpu_device_argmax: false,
             own_kernels: cfg!(feature = "cuda")
                 && std::env::var("DSPARK_CUDA_KERNELS").map_or(true, |v| v != "0"),
             report: Default::default(),
@@ -114,6 +118,14 @@ impl CandleBackend {
 
     pub fn with_dtype(mut self, dtype: DType) -> Self {
         self.dtype = dtype;
+        self
+    }
+
+    /// On the CPU, report [`Backend::device_argmax`] and take every row's argmax in
+    /// [`Backend::argmax_last`] by `sampling::argmax`'s rule: the greedy loops then run the
+    /// code they run on a GPU (ids instead of rows), so CPU tests cover it.
+    pub fn with_device_argmax(mut self, on: bool) -> Self {
+        self.cpu_device_argmax = on;
         self
     }
 
@@ -470,6 +482,17 @@ impl Backend for CandleBackend {
                 .and_then(|x| x.apply_op1_no_bwd(&cuda_ops::ArgmaxRows))
                 .map_err(err);
         }
+        if self.cpu_device_argmax && !self.device.is_cuda() {
+            let dims = x.dims().to_vec();
+            let n = *dims.last().unwrap_or(&1);
+            let rows = x
+                .to_dtype(CDType::F32)
+                .and_then(|r| r.flatten_all())
+                .and_then(|r| r.to_vec1::<f32>())
+                .map_err(err)?;
+            let ids: Vec<u32> = rows.chunks(n.max(1)).map(crate::sampling::argmax).collect();
+            return Tensor::from_vec(ids, &dims[..dims.len() - 1], &self.device).map_err(err);
+        }
         x.argmax(D::Minus1).map_err(err)
     }
 
@@ -480,7 +503,8 @@ impl Backend for CandleBackend {
     fn device_argmax(&self) -> bool {
         // our argmax kernel (the host's tie rule) takes f32 and bf16 logits; candle's own
         // argmax, used for f16, is not held to that rule
-        self.cuda_kernels() && matches!(self.dtype, DType::F32 | DType::BF16)
+        self.cpu_device_argmax && !self.device.is_cuda()
+            || self.cuda_kernels() && matches!(self.dtype, DType::F32 | DType::BF16)
     }
 
     fn topk_last(&self, x: &Tensor, k: usize) -> BResult<(Tensor, Tensor)> {
