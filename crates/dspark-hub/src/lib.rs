@@ -13,6 +13,7 @@ pub mod paths;
 pub mod registry;
 mod resume;
 pub mod settings;
+pub mod shape;
 
 pub use download::{pull, Progress, PullOptions, Pulled};
 pub use local::resolve_model_path;

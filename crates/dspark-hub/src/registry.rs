@@ -67,69 +67,7 @@ impl Quant {
     }
 }
 
-/// The config numbers a RAM estimate needs (a subset of `config.json`).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Shape {
-    pub layers: u64,
-    pub hidden: u64,
-    pub ffn: u64,
-    pub heads: u64,
-    pub kv_heads: u64,
-    pub head_dim: u64,
-    pub vocab: u64,
-    pub tied: bool,
-}
-
-/// Context length the KV part of a RAM estimate assumes.
-pub const DEFAULT_CONTEXT: u64 = 8192;
-
-impl Shape {
-    /// Parameters of the transformer (embeddings, attention, MLP, lm_head; norms ignored).
-    pub fn params(&self) -> u64 {
-        let q = self.heads * self.head_dim;
-        let kv = self.kv_heads * self.head_dim;
-        let attn = self.hidden * q + 2 * self.hidden * kv + q * self.hidden;
-        let mlp = 3 * self.hidden * self.ffn;
-        let embed = self.vocab * self.hidden;
-        let head = if self.tied { 0 } else { embed };
-        embed + head + self.layers * (attn + mlp)
-    }
-
-    pub fn weight_bytes(&self, quant: Quant) -> u64 {
-        (self.params() as f64 * quant.bits_per_weight() / 8.0) as u64
-    }
-
-    /// K and V for `context` positions in 16-bit floats.
-    pub fn kv_bytes(&self, context: u64) -> u64 {
-        2 * self.layers * self.kv_heads * self.head_dim * context * 2
-    }
-
-    /// Weights plus KV cache at [`DEFAULT_CONTEXT`].
-    pub fn ram_bytes(&self, quant: Quant) -> u64 {
-        self.weight_bytes(quant) + self.kv_bytes(DEFAULT_CONTEXT)
-    }
-
-    /// The shape from a Hugging Face `config.json` (text config of multimodal models included).
-    pub fn from_config_json(v: &serde_json::Value) -> Option<Shape> {
-        let c = v.get("text_config").unwrap_or(v);
-        let u = |k: &str| c.get(k).and_then(serde_json::Value::as_u64);
-        let hidden = u("hidden_size")?;
-        let heads = u("num_attention_heads")?;
-        Some(Shape {
-            layers: u("num_hidden_layers")?,
-            hidden,
-            ffn: u("intermediate_size")?,
-            heads,
-            kv_heads: u("num_key_value_heads").unwrap_or(heads),
-            head_dim: u("head_dim").unwrap_or(hidden / heads.max(1)),
-            vocab: u("vocab_size")?,
-            tied: c
-                .get("tie_word_embeddings")
-                .and_then(serde_json::Value::as_bool)
-                .unwrap_or(false),
-        })
-    }
-}
+pub use crate::shape::{Hybrid, Shape, DEFAULT_CONTEXT};
 
 /// One published weight variant of a target.
 #[derive(Clone, Copy, Debug)]
@@ -180,6 +118,7 @@ const QWEN3_4B: Shape = Shape {
     head_dim: 128,
     vocab: 151936,
     tied: true,
+    hybrid: None,
 };
 const QWEN3_8B: Shape = Shape {
     layers: 36,
@@ -190,6 +129,7 @@ const QWEN3_8B: Shape = Shape {
     head_dim: 128,
     vocab: 151936,
     tied: false,
+    hybrid: None,
 };
 const QWEN3_14B: Shape = Shape {
     layers: 40,
@@ -200,8 +140,11 @@ const QWEN3_14B: Shape = Shape {
     head_dim: 128,
     vocab: 151936,
     tied: false,
+    hybrid: None,
 };
-/// Assumed to match Gemma-3-12B's text config until the published config is read from disk.
+/// Gemma 4 12B's published text config: 48 layers, every sixth (5, 11, .., 47) full attention
+/// with one kv head of 512 and values taken from the keys; the others slide over 1024 positions
+/// with 8 kv heads of 256; tied 262,144-entry table (11.9B parameters).
 const GEMMA_12B: Shape = Shape {
     layers: 48,
     hidden: 3840,
@@ -211,6 +154,13 @@ const GEMMA_12B: Shape = Shape {
     head_dim: 256,
     vocab: 262144,
     tied: true,
+    hybrid: Some(Hybrid {
+        global_layers: 8,
+        window: 1024,
+        global_head_dim: 512,
+        global_kv_heads: 1,
+        k_eq_v: true,
+    }),
 };
 const SMOLLM2_135M: Shape = Shape {
     layers: 30,
@@ -221,6 +171,7 @@ const SMOLLM2_135M: Shape = Shape {
     head_dim: 64,
     vocab: 49152,
     tied: true,
+    hybrid: None,
 };
 
 const QWEN3_DRAFT: &str = "mlx-community/Qwen3-0.6B-4bit";
@@ -232,7 +183,8 @@ macro_rules! variants {
 /// Why Gemma 4 entries cannot be loaded yet.
 const GEMMA_UNAVAILABLE: &str =
     "Gemma 4 12B is not enabled yet: the engine's gemma4 model is checked only on tiny random \
-     checkpoints, and the 12B config and its chat template have not been verified";
+     checkpoints, and no 12B checkpoint (its tensor names, its chat template) has been loaded \
+     to verify it; its RAM estimate uses the published config";
 
 /// The name under which the demo model is requested.
 pub const DEMO: &str = "demo";
@@ -282,7 +234,7 @@ pub const REGISTRY: &[Entry] = &[
         dflash: Some("z-lab/gemma4-12B-it-DFlash"),
         draft: None,
         shape: GEMMA_12B,
-        shape_assumed: true,
+        shape_assumed: false,
         unavailable: Some(GEMMA_UNAVAILABLE),
     },
     Entry {
