@@ -185,7 +185,7 @@ impl CustomOp3 for CacheAttention {
                     view::<$t>(vs, vl)?,
                 );
                 let stream = dev.cuda_stream();
-let mut bld = Launch::new(&split_fn, &stream);
+                let mut bld = Launch::new(&split_fn, &stream);
                 bld.buf(&q);
                 bld.buf(&k);
                 bld.buf(&v);
@@ -196,8 +196,7 @@ let mut bld = Launch::new(&split_fn, &stream);
                 unsafe { bld.run(split_cfg) }?;
                 // SAFETY: every element is written by the kernel below before anything reads it.
                 let o = unsafe { dev.alloc::<$t>(b * lq * hq * d)? };
-                let stream = dev.cuda_stream();
-let mut bld = Launch::new(&comb_fn, &stream);
+                let mut bld = Launch::new(&comb_fn, &stream);
                 bld.buf(&scratch);
                 bld.buf(&o);
                 bld.val(&args);

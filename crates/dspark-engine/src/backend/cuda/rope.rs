@@ -119,7 +119,7 @@ impl CustomOp1 for NormRope<'_> {
                         let (cos, sin) = (view::<$t>(cs, cl)?, view::<$t>(ss, sl)?);
                         let launch = |w: Option<&candle_core::cuda::cudarc::driver::CudaView<'_, $t>>| {
                             let stream = dev.cuda_stream();
-let mut bld = Launch::new(&f, &stream);
+                            let mut bld = Launch::new(&f, &stream);
                             bld.buf(&x);
                             match w {
                                 Some(w) => bld.buf(w),
