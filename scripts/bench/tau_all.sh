@@ -4,7 +4,8 @@
 # 80 MT-Bench first turns and all 164 HumanEval prompts, 128 new tokens: the trained DFlash
 # (block 16 and block 8) and DSpark (block 7) drafters at T = 0.7 (top-p 1, prompt i seeded
 # SEED + i) with the full block verified every round (--max-draft 15 / 7 / 7), and the
-# draft-model drafter (the demo GGUF kept quantized, adaptive 2-8 drafts) greedy and at T = 0.7.
+# draft-model drafter (the demo GGUF kept quantized, adaptive 2-8 drafts) greedy and at T = 0.7;
+# with CAPS="1 2 3", DFlash b8 at T = 0.7 with each of those draft counts too.
 # A run whose JSON is already in $OUT_DIR is kept (set FRESH=1 to redo all). Greedy tau of the trained drafters over the same prompts comes from
 # the training evaluator (bench-results/smollm2-trained-heldout-tau.json), checked against
 # dspark round by round. Writes one JSON per run under $OUT_DIR and the summary
@@ -21,15 +22,18 @@ D=assets/drafters
 mkdir -p "$OUT_DIR"
 runs=()
 [ -z "${FRESH:-}" ] || rm -f "$OUT_DIR"/*.json
-for run in "draft - - 0" "draft - - 0.7" "dflash $D/smollm2-135m-dflash-b8 7 0.7" \
-    "dspark $D/smollm2-135m-dspark-b7 7 0.7" "dflash $D/smollm2-135m-dflash-b16 15 0.7"; do
-    read -r mode drafter cap temp <<<"$run"
+specs=("draft - - 0" "draft - - 0.7" "dflash $D/smollm2-135m-dflash-b8 7 0.7"
+    "dspark $D/smollm2-135m-dspark-b7 7 0.7" "dflash $D/smollm2-135m-dflash-b16 15 0.7")
+# CAPS="1 2 3": DFlash b8 at T = 0.7 with each of these fixed draft counts as well
+for c in ${CAPS:-}; do specs+=("dflash $D/smollm2-135m-dflash-b8 $c 0.7 cap$c"); done
+for run in "${specs[@]}"; do
+    read -r mode drafter cap temp tag <<<"$run"
     dargs=()
     [ "$drafter" = - ] || dargs=(--drafter "$drafter" --max-draft "$cap")
     for set in mtbench humaneval; do
         n=80
         [ "$set" = humaneval ] && n=164
-        out="$OUT_DIR/$set-$mode-$(basename "$drafter")-t$temp.json"
+        out="$OUT_DIR/$set-$mode-$(basename "$drafter")${tag:+-$tag}-t$temp.json"
         runs+=("$out")
         [ -f "$out" ] && { echo "== $set $mode $drafter T $temp: kept $out"; continue; }
         echo "== $set $mode $drafter T $temp ($(date +%H:%M:%S))"
