@@ -1,8 +1,9 @@
 // One Qwen3-8B-shaped decode step (36 layers + the LM head) as the engine enqueues it, made of
 // dspark's own kernels (crates/dspark-engine/src/backend/cuda/kernels.cu, included as is), timed
 // four ways on one stream: plain launches, programmatic dependent launch (PDL, what the engine
-// does), PDL with an L2 prefetch of each GEMM's first weight bytes, and the step captured as a
-// CUDA graph and replayed (plain and PDL). It answers how much of the step is launch gaps and
+// does), and the step captured as a CUDA graph and replayed (plain and PDL). (An L2 prefetch of
+// each GEMM's first weight bytes before the PDL wait was measured too, slower at 1-4 KB per row,
+// and taken out of the kernels: docs/cuda.md, fifth slice.) It answers how much of the step is launch gaps and
 // tails, and checks that every way gives the same bits (the argmax ids and the last hidden row).
 // Built by scripts/bench/cuda-kernel-bench.sh (beside cuda_kernel_bench); run on the GPU machine
 // with no arguments; JSON lines on stdout.
@@ -13,30 +14,12 @@
 // cores + split combine, o GEMM, add + RMSNorm, fused gate/up GEMM, SwiGLU, down GEMM. Then the
 // final add + norm, the LM head and the argmax.
 #include "../../crates/dspark-engine/src/backend/cuda/kernels.cu"
+#include "cuda_bench_util.cuh"
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-
-#define CK(x)                                                                          \
-    do {                                                                               \
-        cudaError_t e_ = (x);                                                          \
-        if (e_ != cudaSuccess) {                                                       \
-            fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                                   \
-        }                                                                              \
-    } while (0)
-
-typedef __nv_bfloat16 bf;
-
-__global__ void fill(bf* p, long n, unsigned seed, float scale) {
-    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed;
-        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
-        p[i] = __float2bfloat16(((h & 0xffffff) / 16777216.0f - 0.5f) * scale);
-    }
-}
 
 // The cache write: rows of d values from a strided source into [heads, maxl, d] at `pos`
 // (what candle's strided copy does in the engine; launched without PDL, as candle does).
@@ -48,7 +31,6 @@ __global__ void kv_copy(const bf* src, long s_row, long s_head, bf* cache, int m
 
 static cudaStream_t g_s;
 static bool g_pdl = false;
-static int g_pf = 0;
 
 template <typename... K, typename... A>
 static void go(void (*k)(K...), dim3 grid, dim3 block, bool pdl_ok, A... args) {
@@ -84,7 +66,7 @@ static void gemm(const bf* x, const bf* w, bf* y, int m, int n, int k) {
            : nt == 2 ? (warps == 4 ? gemm_rows_bf16_nt2_w4 : gemm_rows_bf16_nt2_w8)
                      : (warps == 4 ? gemm_rows_bf16_nt1_w4 : gemm_rows_bf16_nt1_w8);
     go(f, grid, dim3(32 * warps), true, x, w, y, m, n, k, k, 1, splits,
-       splits > 1 ? g_partial : (float*)nullptr, splits > 1 ? g_counters : (unsigned*)nullptr, g_pf);
+       splits > 1 ? g_partial : (float*)nullptr, splits > 1 ? g_counters : (unsigned*)nullptr);
 }
 
 struct Bufs { bf *x, *delta, *sum, *y, *qkv, *q, *k, *att, *ob, *gu, *act, *logits; float* scratch; uint32_t* ids; };
@@ -134,7 +116,7 @@ int main() {
     auto alloc = [](long n, unsigned seed, float scale) {
         bf* p;
         CK(cudaMalloc(&p, n * 2));
-        fill<<<1024, 256>>>(p, n, seed, scale);
+        fill_rand<<<1024, 256>>>(p, n, seed, scale);
         return p;
     };
     std::vector<Layer> ls(L);
@@ -169,10 +151,8 @@ int main() {
     bf* d0 = alloc((long)M * H, 12, 1.f);
     printf("{\"weights_gb_per_step\": %.3f}\n", wbytes / 1e9);
 
-    struct Way { const char* name; bool pdl; int pf; bool graph; };
-    const Way ways[] = {{"plain", false, 0, false}, {"pdl", true, 0, false}, {"pdl_prefetch1k", true, 1024, false},
-                        {"pdl_prefetch2k", true, 2048, false}, {"pdl_prefetch4k", true, 4096, false},
-                        {"graph", false, 0, true}, {"graph_pdl", true, 0, true}, {"graph_pdl_prefetch2k", true, 2048, true}};
+    struct Way { const char* name; bool pdl; bool graph; };
+    const Way ways[] = {{"plain", false, false}, {"pdl", true, false}, {"graph", false, true}, {"graph_pdl", true, true}};
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
     for (int ctx : {1024, 8192})
@@ -181,7 +161,6 @@ int main() {
             std::vector<unsigned short> ref_x;
             for (const Way& w : ways) {
                 g_pdl = w.pdl;
-                g_pf = w.pf;
                 auto reset = [&] {
                     CK(cudaMemcpyAsync(b.x, x0, (long)M * H * 2, cudaMemcpyDeviceToDevice, g_s));
                     CK(cudaMemcpyAsync(b.delta, d0, (long)M * H * 2, cudaMemcpyDeviceToDevice, g_s));

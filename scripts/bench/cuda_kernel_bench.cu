@@ -10,30 +10,12 @@
 //   - the GEMM configurations' batch invariance (m = 16 rows == 16 calls of one row);
 //   - the row kernels (fused add + RMSNorm, per-head norm + rope) per call.
 #include "../../crates/dspark-engine/src/backend/cuda/kernels.cu"
+#include "cuda_bench_util.cuh"
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-
-#define CK(x)                                                                          \
-    do {                                                                               \
-        cudaError_t e_ = (x);                                                          \
-        if (e_ != cudaSuccess) {                                                       \
-            fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                                   \
-        }                                                                              \
-    } while (0)
-
-typedef __nv_bfloat16 bf;
-
-__global__ void fill_rand(bf* p, long n, unsigned seed, float scale) {
-    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed;
-        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
-        p[i] = __float2bfloat16(((h & 0xffffff) / 16777216.0f - 0.5f) * scale);
-    }
-}
 
 __global__ void read_sum(const uint4* p, long n, unsigned* out) {
     unsigned acc = 0;
