@@ -40,23 +40,40 @@ pub(crate) fn choose_rows(
         if !grammar.open() {
             break;
         }
-        let mut row = row.to_vec();
-        grammar.mask(&mut row)?;
-        let d = if sampling.is_greedy() {
-            pick(&row, sampling, rng)
-        } else {
-            let q = distribution(&row, sampling);
-            let d = sample_index(&q, rng);
-            qs.push(q);
-            d
-        };
-        grammar.chose(d)?;
-        tokens.push(d);
+        tokens.push(choose_one(
+            &mut row.to_vec(),
+            &mut grammar,
+            sampling,
+            rng,
+            &mut qs,
+        )?);
     }
     Ok(Proposal {
         tokens,
         q: (!sampling.is_greedy()).then_some(qs),
     })
+}
+
+/// One draft from a drafter's row of logits: the grammar's mask applied, then the greedy pick,
+/// or a sample whose draft distribution is pushed to `qs`; the grammar then takes the choice.
+pub(crate) fn choose_one(
+    row: &mut [f32],
+    grammar: &mut Drafting,
+    sampling: &SamplingParams,
+    rng: &mut dyn RngCore,
+    qs: &mut Vec<Vec<f32>>,
+) -> Result<u32, EngineError> {
+    grammar.mask(row)?;
+    let d = if sampling.is_greedy() {
+        pick(row, sampling, rng)
+    } else {
+        let q = distribution(row, sampling);
+        let d = sample_index(&q, rng);
+        qs.push(q);
+        d
+    };
+    grammar.chose(d)?;
+    Ok(d)
 }
 
 impl<B: Backend> Drafter<B> for DFlash<B> {

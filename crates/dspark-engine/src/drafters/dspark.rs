@@ -15,12 +15,13 @@ use serde_json::Value;
 
 use crate::backend::{Backend, DType};
 use crate::constrain::Drafting;
+use crate::drafters::dflash::choose_one;
 use crate::error::EngineError;
 use crate::model::gemma::GemmaSpec;
 use crate::model::kv_injection::{DrafterConfig, KvInjectionNet};
 use crate::model::layer::{linear, load_err, tensor};
 use crate::model::transformer::Transformer;
-use crate::sampling::{distribution, pick, plain_greedy, sample_index, SamplingParams};
+use crate::sampling::{plain_greedy, SamplingParams};
 use crate::spec::{Drafter, DrafterState, Proposal, SpecParams};
 use crate::weights::{LoadError, WeightSource};
 
@@ -185,16 +186,7 @@ impl<B: Backend> DSpark<B> {
                     *x += y;
                 }
             }
-            grammar.mask(&mut row)?;
-            let d = if sampling.is_greedy() {
-                pick(&row, sampling, rng)
-            } else {
-                let q = distribution(&row, sampling);
-                let d = sample_index(&q, rng);
-                qs.push(q);
-                d
-            };
-            grammar.chose(d)?;
+            let d = choose_one(&mut row, &mut grammar, sampling, rng, &mut qs)?;
             prevs.push(prev);
             tokens.push(d);
             prev = d;
