@@ -1,7 +1,8 @@
 // One Qwen3-8B-shaped decode step (36 layers + the LM head) as the engine enqueues it, made of
 // dspark's own kernels (crates/dspark-engine/src/backend/cuda/kernels.cu, included as is), timed
-// four ways on one stream: plain launches, programmatic dependent launch (PDL, what the engine
-// does), and the step captured as a CUDA graph and replayed (plain and PDL). (An L2 prefetch of
+// on one stream: plain launches, programmatic dependent launch (PDL, what the engine does), the
+// step captured as a CUDA graph and replayed (plain and PDL), and PDL with L2 prefetches of the
+// next GEMM's weights issued in the latency-bound gaps (`pf_*`: slower, session 11). (An L2 prefetch of
 // each GEMM's first weight bytes before the PDL wait was measured too, slower at 1-4 KB per row,
 // and taken out of the kernels: docs/cuda.md, fifth slice.) It answers how much of the step is launch gaps and
 // tails, and checks that every way gives the same bits (the argmax ids and the last hidden row).
@@ -31,6 +32,27 @@ __global__ void kv_copy(const bf* src, long s_row, long s_head, bf* cache, int m
 
 static cudaStream_t g_s;
 static bool g_pdl = false;
+// L2 prefetch in the latency-bound gaps (ways "pf_*"): the o projection's weights while the
+// cache writes and attention run, and the first `g_pf_prefix` bytes of the qkv, gate/up and
+// down weights while the norm or SwiGLU before each runs.
+static bool g_pf_o = false;
+static long g_pf_prefix = 0;
+
+// Issues bulk L2 prefetches of p[0, bytes) and completes only after the kernel before it on
+// the stream (griddepcontrol.wait last), so completion stays ordered along the stream while the
+// next kernel's blocks may start at once (launch_dependents first).
+__global__ void l2_prefetch(const char* p, long bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const long chunk = 16384;
+    for (long off = ((long)blockIdx.x * blockDim.x + threadIdx.x) * chunk; off < bytes;
+         off += (long)gridDim.x * blockDim.x * chunk) {
+        const unsigned n = (unsigned)(bytes - off < chunk ? bytes - off : chunk) & ~15u;
+        if (n) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(n) : "memory");
+    }
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 template <typename... K, typename... A>
 static void go(void (*k)(K...), dim3 grid, dim3 block, bool pdl_ok, A... args) {
@@ -44,6 +66,10 @@ static void go(void (*k)(K...), dim3 grid, dim3 block, bool pdl_ok, A... args) {
     cfg.attrs = at;
     cfg.numAttrs = (g_pdl && pdl_ok) ? 1 : 0;
     CK(cudaLaunchKernelEx(&cfg, k, args...));
+}
+
+static void prefetch(const void* p, long bytes) {
+    if (bytes > 0) go(l2_prefetch, dim3(132), dim3(32), true, (const char*)p, bytes);
 }
 
 static const int L = 36, H = 4096, HQ = 32, HKV = 8, D = 128, I = 12288, V = 151936;
@@ -78,11 +104,13 @@ static void step(std::vector<Layer>& ls, bf* fnorm, bf* head, bf* cosb, bf* sinb
         NormRows na = {m, H, 0, m, H, 0, H, 1, 1e-6f};
         go(add_rms_norm_bf16, dim3(m), dim3(512), true, (const bf*)b.x, (const bf*)b.delta, (const bf*)w.n_in, b.sum, b.y, na);
         std::swap(b.x, b.sum);
+        prefetch(w.qkv, g_pf_prefix);
         gemm(b.y, w.qkv, b.qkv, m, QKV, H);
         RopeArgs rq = {(long)m * QKV, QKV, D, HQ, m, D, pos, 0, 1, 1e-6f};
         go(norm_rope_bf16, dim3(m * HQ), dim3(D / 2), true, (const bf*)b.qkv, (const bf*)w.qn, (const bf*)cosb, (const bf*)sinb, b.q, rq);
         RopeArgs rk = {(long)m * QKV, QKV, D, HKV, m, D, pos, 0, 1, 1e-6f};
         go(norm_rope_bf16, dim3(m * HKV), dim3(D / 2), true, (const bf*)(b.qkv + HQ * D), (const bf*)w.kn, (const bf*)cosb, (const bf*)sinb, b.k, rk);
+        if (g_pf_o) prefetch(w.o, 2L * H * H);
         // k rows are [heads, m, d] after norm_rope; v is the projection's strided slice
         go(kv_copy, dim3(HKV, m), dim3(128), false, (const bf*)b.k, (long)D, (long)m * D, w.kc, MAXL, pos, D);
         go(kv_copy, dim3(HKV, m), dim3(128), false, (const bf*)(b.qkv + (HQ + HKV) * D), (long)QKV, (long)D, w.vc, MAXL, pos, D);
@@ -98,8 +126,10 @@ static void step(std::vector<Layer>& ls, bf* fnorm, bf* head, bf* cosb, bf* sinb
         gemm(b.att, w.o, b.ob, m, H, H);
         go(add_rms_norm_bf16, dim3(m), dim3(512), true, (const bf*)b.x, (const bf*)b.ob, (const bf*)w.n_post, b.sum, b.y, na);
         std::swap(b.x, b.sum);
+        prefetch(w.gu, g_pf_prefix);
         gemm(b.y, w.gu, b.gu, m, 2 * I, H);
         go(swiglu_bf16, dim3((m * I + 255) / 256), dim3(256), true, (const bf*)b.gu, (const bf*)(b.gu + I), b.act, (long)m, I, (long)2 * I, (long)2 * I);
+        prefetch(w.down, g_pf_prefix);
         gemm(b.act, w.down, b.delta, m, H, I);
     }
     NormRows na = {m, H, 0, m, H, 0, H, 1, 1e-6f};
@@ -111,7 +141,8 @@ static void step(std::vector<Layer>& ls, bf* fnorm, bf* head, bf* cosb, bf* sinb
 int main() {
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
-    printf("{\"device\": \"%s\", \"sms\": %d}\n", prop.name, prop.multiProcessorCount);
+    printf("{\"device\": \"%s\", \"sms\": %d, \"l2_mb\": %.1f}\n", prop.name, prop.multiProcessorCount,
+           prop.l2CacheSize / 1048576.0);
     CK(cudaStreamCreateWithFlags(&g_s, cudaStreamNonBlocking));
     auto alloc = [](long n, unsigned seed, float scale) {
         bf* p;
@@ -151,8 +182,12 @@ int main() {
     bf* d0 = alloc((long)M * H, 12, 1.f);
     printf("{\"weights_gb_per_step\": %.3f}\n", wbytes / 1e9);
 
-    struct Way { const char* name; bool pdl; bool graph; };
-    const Way ways[] = {{"plain", false, false}, {"pdl", true, false}, {"graph", false, true}, {"graph_pdl", true, true}};
+    struct Way { const char* name; bool pdl; bool graph; bool pf_o; long pf_prefix; };
+    const Way ways[] = {{"plain", false, false, false, 0}, {"pdl", true, false, false, 0},
+                        {"graph", false, true, false, 0}, {"graph_pdl", true, true, false, 0},
+                        {"pdl_pf_o", true, false, true, 0}, {"pdl_pf_o_4mb", true, false, true, 4L << 20},
+                        {"pdl_pf_o_8mb", true, false, true, 8L << 20}, {"pdl_pf_o_16mb", true, false, true, 16L << 20},
+                        {"pdl_pf_8mb", true, false, false, 8L << 20}};
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
     for (int ctx : {1024, 8192})
@@ -161,6 +196,8 @@ int main() {
             std::vector<unsigned short> ref_x;
             for (const Way& w : ways) {
                 g_pdl = w.pdl;
+                g_pf_o = w.pf_o;
+                g_pf_prefix = w.pf_prefix;
                 auto reset = [&] {
                     CK(cudaMemcpyAsync(b.x, x0, (long)M * H * 2, cudaMemcpyDeviceToDevice, g_s));
                     CK(cudaMemcpyAsync(b.delta, d0, (long)M * H * 2, cudaMemcpyDeviceToDevice, g_s));

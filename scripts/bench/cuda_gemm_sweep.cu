@@ -1,0 +1,117 @@
+// Sweep of the few-row GEMM's launch shape at Qwen3-8B's projection shapes, launched as the
+// engine launches it (programmatic dependent launch, back to back over 36 layers' distinct
+// weights): columns per block (NT), warps (W), loads in flight per lane (U) and the fixed K
+// split, with a check that U leaves the bits alone. Built by scripts/bench/cuda-kernel-bench.sh;
+// run on the GPU machine with no arguments; JSON lines.
+#include "../../crates/dspark-engine/src/backend/cuda/kernels.cu"
+#include "cuda_bench_util.cuh"
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+template <int NT, int W, int U>
+__global__ void __launch_bounds__(W * 32)
+    sweep_gemm(const bf* x, const bf* w, bf* y, int m, int n, int k, int ldx, int vec, int splits,
+               float* partial, unsigned* counters) {
+    gemm_rows<NT, W, U>(x, w, y, m, n, k, ldx, vec, splits, partial, counters);
+}
+
+typedef void (*GemmFn)(const bf*, const bf*, bf*, int, int, int, int, int, int, float*, unsigned*);
+struct Cfg { const char* name; GemmFn f; int nt, w, u; };
+#define C(NT, W, U) {"nt" #NT "_w" #W "_u" #U, sweep_gemm<NT, W, U>, NT, W, U}
+static Cfg CFGS[] = {C(1, 4, 4), C(1, 4, 8), C(1, 4, 16), C(1, 8, 4), C(1, 8, 8), C(1, 8, 16),
+                     C(2, 4, 4), C(2, 4, 8), C(2, 4, 16), C(2, 8, 4), C(2, 8, 8), C(2, 8, 16),
+                     C(4, 4, 4), C(4, 4, 8), C(4, 4, 16), C(4, 8, 4), C(4, 8, 8), C(4, 8, 16)};
+
+static cudaStream_t g_s;
+template <typename... K, typename... A>
+static void go(void (*k)(K...), dim3 grid, dim3 block, A... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = g_s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    CK(cudaLaunchKernelEx(&cfg, k, args...));
+}
+
+static float* g_partial;
+static unsigned* g_counters;
+
+static void gemm(const Cfg& c, const bf* x, const bf* w, bf* y, int m, int n, int k, int splits) {
+    dim3 grid((n + 8 * c.nt - 1) / (8 * c.nt), splits);
+    go(c.f, grid, dim3(c.w * 32), x, w, y, m, n, k, k, 1, splits, g_partial, g_counters);
+}
+
+struct Timer {
+    cudaEvent_t a, b;
+    Timer() { cudaEventCreate(&a); cudaEventCreate(&b); }
+    void start() { cudaEventRecord(a, g_s); }
+    float stop_ms() { cudaEventRecord(b, g_s); cudaEventSynchronize(b); float ms; cudaEventElapsedTime(&ms, a, b); return ms; }
+};
+
+static std::vector<unsigned short> host(const bf* p, long n) {
+    std::vector<unsigned short> h(n);
+    CK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+int main() {
+    const int L = 36;
+    CK(cudaStreamCreateWithFlags(&g_s, cudaStreamNonBlocking));
+    CK(cudaMalloc(&g_partial, 8L * 16 * 160000 * 4));
+    CK(cudaMalloc(&g_counters, 200000 * 4));
+    CK(cudaMemset(g_counters, 0, 200000 * 4));
+    Timer tm;
+    struct Shape { const char* name; int n, k, layers; } shapes[] = {
+        {"qkv", 6144, 4096, L}, {"o", 4096, 4096, L}, {"gate_up", 24576, 4096, L},
+        {"down", 4096, 12288, L}, {"lm_head", 151936, 4096, 1}};
+    bf *x, *y, *y2;
+    CK(cudaMalloc(&x, 16L * 2 * 12288 * 2));
+    CK(cudaMalloc(&y, 16L * 160000 * 2));
+    CK(cudaMalloc(&y2, 16L * 160000 * 2));
+    fill_rand<<<1024, 256, 0, g_s>>>(x, 16L * 2 * 12288, 7, 4.f);
+    for (auto& s : shapes) {
+        std::vector<bf*> ws(s.layers);
+        for (int l = 0; l < s.layers; ++l) {
+            CK(cudaMalloc(&ws[l], (long)s.n * s.k * 2));
+            fill_rand<<<1024, 256, 0, g_s>>>(ws[l], (long)s.n * s.k, 100 + l, 0.05f);
+        }
+        const double bytes = (double)s.n * s.k * 2 * s.layers;
+        std::vector<unsigned short> ref;
+        for (auto& c : CFGS)
+            for (int splits : {1, 2, 4}) {
+                if (splits > 1 && s.n >= 16384) continue;
+                for (int m : {1, 16}) {
+                    float best = 1e9;
+                    for (int rep = 0; rep < 7; ++rep) {
+                        tm.start();
+                        for (int l = 0; l < s.layers; ++l) gemm(c, x, ws[l], y, m, s.n, s.k, splits);
+                        best = fminf(best, tm.stop_ms());
+                    }
+                    CK(cudaGetLastError());
+                    printf("{\"gemm\": \"%s\", \"cfg\": \"%s\", \"splits\": %d, \"m\": %d, \"us_per_call\": %.2f, \"gbs\": %.0f}\n",
+                           s.name, c.name, splits, m, best * 1e3 / s.layers, bytes / best / 1e6);
+                }
+                // the loads in flight must not change the bits: compare with U = 4 of the same
+                // (NT, W, splits), 16 rows on layer 0
+                gemm(c, x, ws[0], y, 16, s.n, s.k, splits);
+                CK(cudaStreamSynchronize(g_s));
+                auto got = host(y, 16L * s.n);
+                for (auto& b : CFGS)
+                    if (b.nt == c.nt && b.w == c.w && b.u == 4) {
+                        gemm(b, x, ws[0], y2, 16, s.n, s.k, splits);
+                        CK(cudaStreamSynchronize(g_s));
+                        auto want = host(y2, 16L * s.n);
+                        if (got != want)
+                            printf("{\"gemm_bits_differ\": \"%s\", \"cfg\": \"%s\", \"splits\": %d}\n", s.name, c.name, splits);
+                    }
+            }
+        for (auto p : ws) CK(cudaFree(p));
+    }
+    return 0;
+}
