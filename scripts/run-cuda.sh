@@ -13,6 +13,8 @@
 #   --pdl: baseline decode and verify cost at 1024 and 8192 context with programmatic dependent
 #          launch (the default) and without it (DSPARK_CUDA_PDL=0), one call; then
 #          target/cuda/kbench/cuda_chain_bench when it was carried
+#   --qkv1: the same with the one-launch attention inputs (the default) and without them
+#          (DSPARK_CUDA_QKV1=0: two norm_rope launches and two cache writes per layer)
 #   --spec: only the two oracle runs of --q8b (DFlash- and DSpark-shaped drafters, tau 2, 4, 6.5)
 #   --vs-hf: dspark's baseline decode and HF transformers (static cache, then torch.compile
 #            reduce-overhead) on the same checkpoint and ids at 1024 and 8192 context, one call
@@ -21,7 +23,7 @@
 # target/cuda/run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 VER=0 PDL=0 SPEC=0 PACK=target/cuda/carry/cuda-bins.tar.xz
+Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 VER=0 PDL=0 QKV1=0 SPEC=0 PACK=target/cuda/carry/cuda-bins.tar.xz
 for a in "$@"; do
   case $a in
     --q8b) Q8B=1 ;;
@@ -31,6 +33,7 @@ for a in "$@"; do
     --vs-hf) VSHF=1; TESTS=0 ;;
     --verify) VER=1; TESTS=0 ;;
     --pdl) PDL=1 ;;
+    --qkv1) QKV1=1 ;;
     --spec) SPEC=1 ;;
     *) PACK=$a ;;
   esac
@@ -130,14 +133,16 @@ if [ $VER = 1 ]; then
   q $B --prompt-ids $M/prompt_ids.json --verify-cost 4,8,16 --out "$LOG/bench_verify_1024.json"
   q $B --prompt-ids $M/prompt_ids_8192.json --verify-cost 4,8,16 --out "$LOG/bench_verify_8192.json"
 fi
-if [ $PDL = 1 ]; then
+if [ $PDL = 1 ] || [ $QKV1 = 1 ]; then
   checkpoint
   B="$BIN/dspark bench --model $M --device cuda --dtype bf16 --mem-bandwidth-gbs 4130 --mode baseline --max-tokens 128"
   q() { echo "== $*" >>"$LOG/q8b.txt"; ( time timeout 150 "$@" ) >>"$LOG/q8b.txt" 2>&1; tail -8 "$LOG/q8b.txt"; }
+  # the default against the switch turned off, side by side in one call
+  if [ $PDL = 1 ]; then off=DSPARK_CUDA_PDL tag=pdl; else off=DSPARK_CUDA_QKV1 tag=qkv1; fi
   for c in 1024 8192; do
     ids=$M/prompt_ids.json; [ $c = 8192 ] && ids=$M/prompt_ids_8192.json
-    q $B --prompt-ids $ids --verify-cost 4,8,16 --out "$LOG/bench_pdl_$c.json"
-    q env DSPARK_CUDA_PDL=0 $B --prompt-ids $ids --verify-cost 4,8,16 --out "$LOG/bench_nopdl_$c.json"
+    q $B --prompt-ids $ids --verify-cost 4,8,16 --out "$LOG/bench_${tag}_$c.json"
+    q env $off=0 $B --prompt-ids $ids --verify-cost 4,8,16 --out "$LOG/bench_no${tag}_$c.json"
   done
   K=target/cuda/kbench/cuda_chain_bench
   if [ -x $K ]; then timeout 120 $K >>"$LOG/q8b.txt" 2>&1; tail -33 "$LOG/q8b.txt"; fi

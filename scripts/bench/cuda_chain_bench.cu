@@ -37,6 +37,9 @@ static bool g_pdl = false;
 // down weights while the norm or SwiGLU before each runs.
 static bool g_pf_o = false;
 static long g_pf_prefix = 0;
+// ways "*_qkv1": the queries' and keys' norm + rope and both cache writes in one launch, as the
+// engine now runs them, instead of two norm_rope launches and two copies
+static bool g_qkv1 = false;
 
 // Issues bulk L2 prefetches of p[0, bytes) and completes only after the kernel before it on
 // the stream (griddepcontrol.wait last), so completion stays ordered along the stream while the
@@ -106,6 +109,13 @@ static void step(std::vector<Layer>& ls, bf* fnorm, bf* head, bf* cosb, bf* sinb
         std::swap(b.x, b.sum);
         prefetch(w.qkv, g_pf_prefix);
         gemm(b.y, w.qkv, b.qkv, m, QKV, H);
+        if (g_qkv1) {
+            // the engine's one-launch attention inputs (rope.cuh qkv_rope_store)
+            QkvStoreArgs qa = {QKV, QKV, QKV, HQ, HKV, m, D, pos, 0, MAXL, pos, 1e-6f};
+            go(qkv_rope_store_bf16, dim3(m * (HQ + 2 * HKV)), dim3(D / 2), true, (const bf*)b.qkv,
+               (const bf*)(b.qkv + HQ * D), (const bf*)(b.qkv + (HQ + HKV) * D), (const bf*)w.qn,
+               (const bf*)w.kn, (const bf*)cosb, (const bf*)sinb, b.q, w.kc, w.vc, qa);
+        } else {
         RopeArgs rq = {(long)m * QKV, QKV, D, HQ, m, D, pos, 0, 1, 1e-6f};
         go(norm_rope_bf16, dim3(m * HQ), dim3(D / 2), true, (const bf*)b.qkv, (const bf*)w.qn, (const bf*)cosb, (const bf*)sinb, b.q, rq);
         RopeArgs rk = {(long)m * QKV, QKV, D, HKV, m, D, pos, 0, 1, 1e-6f};
@@ -114,6 +124,7 @@ static void step(std::vector<Layer>& ls, bf* fnorm, bf* head, bf* cosb, bf* sinb
         // k rows are [heads, m, d] after norm_rope; v is the projection's strided slice
         go(kv_copy, dim3(HKV, m), dim3(128), false, (const bf*)b.k, (long)D, (long)m * D, w.kc, MAXL, pos, D);
         go(kv_copy, dim3(HKV, m), dim3(128), false, (const bf*)(b.qkv + (HQ + HKV) * D), (long)QKV, (long)D, w.vc, MAXL, pos, D);
+        }
         AttnArgs a;
         a.q_b = (long)HQ * m * D; a.q_h = (long)m * D; a.q_r = D;
         a.k_b = (long)HKV * MAXL * D; a.k_h = (long)MAXL * D; a.k_r = D;
@@ -182,9 +193,10 @@ int main() {
     bf* d0 = alloc((long)M * H, 12, 1.f);
     printf("{\"weights_gb_per_step\": %.3f}\n", wbytes / 1e9);
 
-    struct Way { const char* name; bool pdl; bool graph; bool pf_o; long pf_prefix; };
+    struct Way { const char* name; bool pdl; bool graph; bool pf_o; long pf_prefix; bool qkv1 = false; };
     const Way ways[] = {{"plain", false, false, false, 0}, {"pdl", true, false, false, 0},
                         {"graph", false, true, false, 0}, {"graph_pdl", true, true, false, 0},
+                        {"pdl_qkv1", true, false, false, 0, true}, {"graph_pdl_qkv1", true, true, false, 0, true},
                         {"pdl_pf_o", true, false, true, 0}, {"pdl_pf_o_4mb", true, false, true, 4L << 20},
                         {"pdl_pf_o_8mb", true, false, true, 8L << 20}, {"pdl_pf_o_16mb", true, false, true, 16L << 20},
                         {"pdl_pf_8mb", true, false, false, 8L << 20}};
@@ -198,6 +210,7 @@ int main() {
                 g_pdl = w.pdl;
                 g_pf_o = w.pf_o;
                 g_pf_prefix = w.pf_prefix;
+                g_qkv1 = w.qkv1;
                 auto reset = [&] {
                     CK(cudaMemcpyAsync(b.x, x0, (long)M * H * 2, cudaMemcpyDeviceToDevice, g_s));
                     CK(cudaMemcpyAsync(b.delta, d0, (long)M * H * 2, cudaMemcpyDeviceToDevice, g_s));

@@ -133,7 +133,23 @@ impl<B: Backend> KvCache<B> {
         v: &B::Tensor,
     ) -> BResult<(B::Tensor, B::Tensor)> {
         let dims = b.dims(k);
-        let (h, n, d) = (dims[1], dims[2], dims[3]);
+        self.append_with(b, layer, [dims[1], dims[2], dims[3]], |kb, vb, at| {
+            Ok((b.slice_update(kb, k, 2, at)?, b.slice_update(vb, v, 2, at)?))
+        })
+    }
+
+    /// [`KvCache::append`] where `write` puts the `[1, h, n, d]` rows (`hnd`) into the layer's
+    /// buffers itself: it gets the key and value buffers (`[1, h, cap, d]`, room for the rows
+    /// guaranteed) and the first row to write, and returns the buffers as updated (the same
+    /// tensors, for a backend that writes in place).
+    pub fn append_with(
+        &mut self,
+        b: &B,
+        layer: usize,
+        hnd: [usize; 3],
+        write: impl FnOnce(&B::Tensor, &B::Tensor, usize) -> BResult<(B::Tensor, B::Tensor)>,
+    ) -> BResult<(B::Tensor, B::Tensor)> {
+        let [h, n, d] = hnd;
         let len = self.len;
         let slot = &mut self.layers[layer];
         let need = len - slot.base + n;
@@ -176,8 +192,7 @@ impl<B: Backend> KvCache<B> {
         }
         let at = len - slot.base;
         let need = at + n;
-        let kb = b.slice_update(slot.k.as_ref().unwrap(), k, 2, at)?;
-        let vb = b.slice_update(slot.v.as_ref().unwrap(), v, 2, at)?;
+        let (kb, vb) = write(slot.k.as_ref().unwrap(), slot.v.as_ref().unwrap(), at)?;
         let out = (b.narrow(&kb, 2, 0, need)?, b.narrow(&vb, 2, 0, need)?);
         slot.k = Some(kb);
         slot.v = Some(vb);

@@ -89,6 +89,17 @@ impl RopeSpec {
     }
 }
 
+/// One forward's projected heads for [`Backend::qkv_rope_store`]: queries, keys and values
+/// `[1, L, heads, d]` (views of a fused projection are fine), with the per-head RMSNorm
+/// (weight, eps) of the queries and of the keys where the model has one.
+pub struct QkvHeads<'a, T> {
+    pub q: &'a T,
+    pub k: &'a T,
+    pub v: &'a T,
+    pub q_norm: Option<(&'a T, f32)>,
+    pub k_norm: Option<(&'a T, f32)>,
+}
+
 /// The operations the models need. Shapes follow `[batch, heads, seq, head_dim]` for attention
 /// inputs and `[.., features]` elsewhere. Implementations must not panic on bad shapes: they
 /// return a [`BackendError`].
@@ -198,6 +209,20 @@ pub trait Backend: Clone + Send + 'static {
             None => y,
         };
         self.rope(&self.transpose(&y, 1, 2)?, rope, start)
+    }
+    /// [`Backend::norm_rope`] of the queries and the keys of one forward, with the keys and the
+    /// values written straight into a layer's cache buffers (`[1, hkv, cap, d]`) at rows
+    /// `at..at + L`, in one pass where the backend has it; returns the queries `[1, hq, L, d]`.
+    /// `None`: not done for these inputs, nothing written (the caller takes the separate ops).
+    fn qkv_rope_store(
+        &self,
+        _heads: QkvHeads<'_, Self::Tensor>,
+        _rope: &Self::Rope,
+        _start: usize,
+        _cache: [&Self::Tensor; 2],
+        _at: usize,
+    ) -> Option<BResult<Self::Tensor>> {
+        None
     }
     /// Scaled dot-product attention with grouped-query heads (`hq % hkv == 0`).
     fn attention(

@@ -6,7 +6,8 @@
 //! Projections that read the same input are fused at load (q/k/v for targets, gate/up always):
 //! one weight pass and one thread hand-off instead of two or three, same values per column.
 
-use crate::backend::{AttnMask, BResult, Backend};
+use crate::backend::{AttnMask, BResult, Backend, QkvHeads};
+use crate::kv::KvCache;
 use crate::weights::{HostTensor, LoadError, WeightSource};
 
 /// Geometry of the attention and MLP of one layer.
@@ -316,6 +317,54 @@ impl<B: Backend> DecoderLayer<B> {
         let v = self.qkv.apply(b, xn, &which)?;
         Ok(v.try_into()
             .unwrap_or_else(|_| unreachable!("one output per projection")))
+    }
+
+    /// Queries of `xn` at positions `start..`, with its keys and values appended to layer
+    /// `layer` of `cache`: `(q, keys, values)`, the last two over every cached position. The
+    /// per-head norms, the rotation and both cache writes are one backend op where it has one
+    /// ([`Backend::qkv_rope_store`]), else the separate ops of [`Self::queries_keys_values`].
+    pub fn attention_inputs(
+        &self,
+        b: &B,
+        xn: &B::Tensor,
+        rope: &B::Rope,
+        start: usize,
+        cache: &mut KvCache<B>,
+        layer: usize,
+    ) -> BResult<(B::Tensor, B::Tensor, B::Tensor)> {
+        let [yq, yk, yv] = self.project(b, xn, [0, 1, self.v_index()])?;
+        let (h, kvh, d) = (self.shape.heads, self.shape.kv_heads, self.shape.head_dim);
+        let l = b.dims(&yk)[1];
+        let plain = self.q_bias.is_none()
+            && self.k_bias.is_none()
+            && self.v_bias.is_none()
+            && self.v_norm.is_none();
+        let mut q = None;
+        let (ka, va) = cache.append_with(b, layer, [kvh, l, d], |kb, vb, at| {
+            if plain {
+                let eps = self.shape.eps;
+                let heads = QkvHeads {
+                    q: &b.reshape(&yq, &[1, l, h, d])?,
+                    k: &b.reshape(&yk, &[1, l, kvh, d])?,
+                    v: &b.reshape(&yv, &[1, l, kvh, d])?,
+                    q_norm: self.q_norm.as_ref().map(|w| (w, eps)),
+                    k_norm: self.k_norm.as_ref().map(|w| (w, eps)),
+                };
+                if let Some(out) = b.qkv_rope_store(heads, rope, start, [kb, vb], at) {
+                    q = Some(out?);
+                    return Ok((kb.clone(), vb.clone()));
+                }
+            }
+            let (qh, qn) = (self.shape.heads, &self.q_norm);
+            q = Some(self.heads_roped(b, yq.clone(), &self.q_bias, qh, qn, rope, start)?);
+            let (k, v) = self.finish_kv(b, yk.clone(), yv.clone(), rope, start)?;
+            Ok((
+                b.slice_update(kb, &k, 2, at)?,
+                b.slice_update(vb, &v, 2, at)?,
+            ))
+        })?;
+        let q = q.unwrap_or_else(|| unreachable!("append_with calls the write once"));
+        Ok((q, ka, va))
     }
 
     /// Queries, keys and values of one input with one (fused) projection.

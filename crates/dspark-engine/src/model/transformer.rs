@@ -277,8 +277,7 @@ impl<B: Backend> Transformer<B> {
                 None => layer.input_norm(b, &x)?,
             };
             let rope = self.layer_rope(i);
-            let (q, k, v) = layer.queries_keys_values(b, &xn, rope, start)?;
-            let (ka, va) = cache.append(b, i, &k, &v)?;
+            let (q, ka, va) = layer.attention_inputs(b, &xn, rope, start, cache, i)?;
             // the keys start at the layer's base (sliding layers drop old positions)
             let mask = self.layer_mask(i, start - cache.layer_base(i));
             let a = layer.attend(b, &q, &ka, &va, mask)?;

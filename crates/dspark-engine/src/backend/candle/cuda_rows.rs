@@ -5,7 +5,7 @@
 use candle_core::Tensor;
 
 use super::{cuda_dtype, cuda_ops, err, profile, CandleBackend, CandleRope};
-use crate::backend::{BResult, RopeStyle};
+use crate::backend::{BResult, QkvHeads, RopeStyle};
 
 impl CandleBackend {
     /// `rms_norm(x) · w`, or with `r` the stacked `[2, ..]` of `x + r` and its norm.
@@ -57,5 +57,45 @@ impl CandleBackend {
         }
         let _p = profile::span("norm_rope");
         Some(y.apply_op1_no_bwd(&op).map_err(err))
+    }
+
+    /// [`crate::backend::Backend::qkv_rope_store`] in one launch, when the heads, tables and
+    /// caches fit the kernel (`None` otherwise, before anything is written).
+    pub(super) fn cuda_qkv_rope_store(
+        &self,
+        heads: &QkvHeads<'_, Tensor>,
+        rope: &CandleRope,
+        start: usize,
+        [k_cache, v_cache]: [&Tensor; 2],
+        at: usize,
+    ) -> Option<BResult<Tensor>> {
+        let eps = heads.q_norm.or(heads.k_norm).map_or(0.0, |(_, e)| e);
+        if heads
+            .q_norm
+            .zip(heads.k_norm)
+            .is_some_and(|((_, a), (_, b))| a != b)
+        {
+            return None;
+        }
+        let op = cuda_ops::QkvRopeStore {
+            q_norm: heads.q_norm.map(|(w, _)| w),
+            k_norm: heads.k_norm.map(|(w, _)| w),
+            eps,
+            cos: &rope.cos,
+            sin: &rope.sin,
+            start,
+            interleaved: matches!(rope.style, RopeStyle::Interleaved),
+            k_cache,
+            v_cache,
+            at,
+        };
+        if !self.cuda_kernels()
+            || !cuda_ops::qkv_rope_store_enabled()
+            || !op.fits(heads.q, heads.k, heads.v)
+        {
+            return None;
+        }
+        let _p = profile::span("qkv_rope_store");
+        Some(heads.q.apply_op3_no_bwd(heads.k, heads.v, &op).map_err(err))
     }
 }

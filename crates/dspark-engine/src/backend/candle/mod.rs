@@ -19,7 +19,7 @@ pub use rope::CandleRope;
 use super::cpu::ops as cpu_ops;
 #[cfg(feature = "cuda")]
 use super::cuda as cuda_ops;
-use super::{profile, AttnMask, BResult, Backend, BackendError, DType, RopeSpec};
+use super::{profile, AttnMask, BResult, Backend, BackendError, DType, QkvHeads, RopeSpec};
 use crate::weights::HostTensor;
 
 pub(crate) fn err(e: candle_core::Error) -> BackendError {
@@ -399,6 +399,22 @@ impl Backend for CandleBackend {
             None => y,
         };
         self.rope(&self.transpose(&y, 1, 2)?, rope, start)
+    }
+
+    fn qkv_rope_store(
+        &self,
+        heads: QkvHeads<'_, Tensor>,
+        rope: &CandleRope,
+        start: usize,
+        cache: [&Tensor; 2],
+        at: usize,
+    ) -> Option<BResult<Tensor>> {
+        #[cfg(feature = "cuda")]
+        if let Some(out) = self.cuda_qkv_rope_store(&heads, rope, start, cache, at) {
+            return Some(out);
+        }
+        let _ = (heads, rope, start, cache, at);
+        None
     }
 
     fn attention(

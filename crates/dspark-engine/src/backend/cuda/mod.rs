@@ -13,6 +13,8 @@
 //! - [`NormRope`] (`rope.rs`): per-head RMSNorm and the rotary embedding in one launch, from a
 //!   projection's strided view to `[b, heads, L, d]`;
 //! - [`CacheWrite`] (`cache_write.rs`): the KV cache write from a strided source, in place;
+//! - [`QkvRopeStore`] (`qkv_store.rs`): a layer's attention inputs in one launch (queries normed
+//!   and rotated, keys normed and rotated into the key cache, values into the value cache);
 //!
 //! all put on the stream with programmatic dependent launch (`launch.rs`).
 
@@ -75,12 +77,14 @@ mod attention;
 mod cache_write;
 mod gemm;
 mod launch;
+mod qkv_store;
 mod rope;
 mod rows;
 
 pub use attention::CacheAttention;
 pub use cache_write::CacheWrite;
 pub use gemm::RowsGemm;
+pub use qkv_store::{enabled as qkv_rope_store_enabled, QkvRopeStore};
 pub use rope::NormRope;
 pub use rows::{AddRmsNorm, ArgmaxRows, RmsNorm, Swiglu};
 

@@ -13,33 +13,41 @@ struct RopeArgs {
     float eps;
 };
 
+// One row xr of d values, normed by w when given and rotated for position `pos`, into o.
 template <typename T>
-__device__ void norm_rope(const T* __restrict__ x, const T* __restrict__ w,
-                          const T* __restrict__ cos, const T* __restrict__ sin,
-                          T* __restrict__ out, RopeArgs a) {
+__device__ void norm_rope_row(const T* __restrict__ xr, const T* __restrict__ w,
+                              const T* __restrict__ cos, const T* __restrict__ sin,
+                              T* __restrict__ o, int d, int pos, bool interleaved, float eps) {
     __shared__ float part[4];
-    const int half = a.d / 2, i = threadIdx.x;
-    const long r = blockIdx.x;
-    const int hh = r % a.heads, l = (r / a.heads) % a.len;
-    const long bi = r / ((long)a.heads * a.len);
-    const T* xr = x + bi * a.sb + l * a.sl + hh * a.sh;
-    const int i0 = a.interleaved ? 2 * i : i, i1 = a.interleaved ? 2 * i + 1 : i + half;
+    const int half = d / 2, i = threadIdx.x;
+    const int i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
     float x0 = to_f(xr[i0]), x1 = to_f(xr[i1]);
-    if (a.has_norm) {
+    if (w) {
         float ss = warp_sum(x0 * x0 + x1 * x1);
         if (i % 32 == 0) part[i / 32] = ss;
         __syncthreads();
         float tot = 0.f;
         for (int k = 0; k < (half + 31) / 32; ++k) tot += part[k];
-        const float inv = rsqrtf(tot / (float)a.d + a.eps);
+        const float inv = rsqrtf(tot / (float)d + eps);
         x0 = to_f(from_f<T>(x0 * inv * to_f(w[i0])));
         x1 = to_f(from_f<T>(x1 * inv * to_f(w[i1])));
     }
-    const long p = (long)(a.start + l) * half + i;
+    const long p = (long)pos * half + i;
     const float c = to_f(cos[p]), s = to_f(sin[p]);
-    T* o = out + ((bi * a.heads + hh) * a.len + l) * a.d;
     o[i0] = from_f<T>(x0 * c - x1 * s);
     o[i1] = from_f<T>(x1 * c + x0 * s);
+}
+
+template <typename T>
+__device__ void norm_rope(const T* __restrict__ x, const T* __restrict__ w,
+                          const T* __restrict__ cos, const T* __restrict__ sin,
+                          T* __restrict__ out, RopeArgs a) {
+    const long r = blockIdx.x;
+    const int hh = r % a.heads, l = (r / a.heads) % a.len;
+    const long bi = r / ((long)a.heads * a.len);
+    const T* xr = x + bi * a.sb + l * a.sl + hh * a.sh;
+    T* o = out + ((bi * a.heads + hh) * a.len + l) * a.d;
+    norm_rope_row(xr, a.has_norm ? w : nullptr, cos, sin, o, a.d, a.start + l, a.interleaved, a.eps);
 }
 extern "C" __global__ void norm_rope_f32(const float* x, const float* w, const float* cos,
                                          const float* sin, float* out, RopeArgs a) {
@@ -51,4 +59,55 @@ extern "C" __global__ void norm_rope_bf16(const __nv_bfloat16* x, const __nv_bfl
                                           __nv_bfloat16* out, RopeArgs a) {
     pdl_enter();
     norm_rope<__nv_bfloat16>(x, w, cos, sin, out, a);
+}
+
+// The attention inputs of one forward in one launch: the queries normed and rotated into `q`
+// ([hq, L, d]), the keys normed and rotated straight into the key cache and the values copied
+// into the value cache ([h, cap, d] each, rows at..at + L). Block r: position r / (hq + 2 hkv),
+// then head r % (hq + 2 hkv) over queries, keys, values. Each row's arithmetic is
+// `norm_rope_row`'s, so the bits are those of the separate norm_rope and cache writes.
+struct QkvStoreArgs {
+    long sq, sk, sv;  // position strides of the [L, heads, d] sources (head stride d, inner 1)
+    int hq, hkv, len, d, start, interleaved, cap, at;
+    float eps;
+};
+
+template <typename T>
+__device__ void qkv_rope_store(const T* __restrict__ yq, const T* __restrict__ yk,
+                               const T* __restrict__ yv, const T* __restrict__ qw,
+                               const T* __restrict__ kw, const T* __restrict__ cos,
+                               const T* __restrict__ sin, T* __restrict__ q, T* __restrict__ kc,
+                               T* __restrict__ vc, QkvStoreArgs a) {
+    const int per = a.hq + 2 * a.hkv;
+    const int l = blockIdx.x / per, j = blockIdx.x % per;
+    if (j < a.hq) {
+        norm_rope_row(yq + l * a.sq + (long)j * a.d, qw, cos, sin, q + ((long)j * a.len + l) * a.d,
+                      a.d, a.start + l, a.interleaved, a.eps);
+    } else if (j < a.hq + a.hkv) {
+        const int h = j - a.hq;
+        norm_rope_row(yk + l * a.sk + (long)h * a.d, kw, cos, sin,
+                      kc + ((long)h * a.cap + a.at + l) * a.d, a.d, a.start + l, a.interleaved,
+                      a.eps);
+    } else {
+        const int h = j - a.hq - a.hkv;
+        const T* s = yv + l * a.sv + (long)h * a.d;
+        T* o = vc + ((long)h * a.cap + a.at + l) * a.d;
+        for (int e = threadIdx.x; e < a.d; e += blockDim.x) o[e] = s[e];
+    }
+}
+extern "C" __global__ void qkv_rope_store_f32(const float* yq, const float* yk, const float* yv,
+                                              const float* qw, const float* kw, const float* cos,
+                                              const float* sin, float* q, float* kc, float* vc,
+                                              QkvStoreArgs a) {
+    pdl_enter();
+    qkv_rope_store<float>(yq, yk, yv, qw, kw, cos, sin, q, kc, vc, a);
+}
+extern "C" __global__ void qkv_rope_store_bf16(const __nv_bfloat16* yq, const __nv_bfloat16* yk,
+                                               const __nv_bfloat16* yv, const __nv_bfloat16* qw,
+                                               const __nv_bfloat16* kw, const __nv_bfloat16* cos,
+                                               const __nv_bfloat16* sin, __nv_bfloat16* q,
+                                               __nv_bfloat16* kc, __nv_bfloat16* vc,
+                                               QkvStoreArgs a) {
+    pdl_enter();
+    qkv_rope_store<__nv_bfloat16>(yq, yk, yv, qw, kw, cos, sin, q, kc, vc, a);
 }
