@@ -168,4 +168,7 @@ if [ $Q8B = 1 ] || [ $PROF = 1 ]; then
   # the host's time to enqueue each op (no waits; to_host then holds the wait for the device)
   DSPARK_PROFILE=host q $B --prompt-ids /tmp/one.json --mode baseline --max-tokens 64 \
     --out "$LOG/bench_q8b_host_profile.json"
+  # and of a DFlash-shaped spec round (the draft pass is host-bound)
+  DSPARK_PROFILE=host q $B --prompt-ids /tmp/one.json --mode dflash --drafter $M/dflash-b16 \
+    --baseline-only --oracle-tau 6.5 --max-tokens 64 --out "$LOG/bench_q8b_host_profile_dflash.json"
 fi

@@ -275,8 +275,11 @@ impl<B: Backend> KvInjectionNet<B> {
     }
 
     /// Runs a block of embeddings `x [1, L, H]` at positions `ctx_len()..` over the context;
-    /// returns the final-normed hidden states `[1, L, H]`.
-    pub fn block(&self, x: &B::Tensor) -> BResult<B::Tensor> {
+    /// returns the final-normed hidden states `[1, L, H]`. The block's keys and values go into
+    /// the context cache's rows past its length, uncommitted (the next
+    /// [`KvInjectionNet::append_context`] writes over them), so each layer attends over the
+    /// cache in place instead of a copy of the whole context joined with the block.
+    pub fn block(&mut self, x: &B::Tensor) -> BResult<B::Tensor> {
         let b = &self.backend;
         let pos = self.ctx.len();
         let mut x = x.clone();
@@ -286,11 +289,7 @@ impl<B: Backend> KvInjectionNet<B> {
                 Some(xn) => xn,
                 None => layer.input_norm(b, &x)?,
             };
-            let (q, bk, bv) = layer.queries_keys_values(b, &xn, &self.rope, pos)?;
-            let (k, v) = match self.ctx.layer_view(b, i)? {
-                Some((ck, cv)) => (b.concat(&[&ck, &bk], 2)?, b.concat(&[&cv, &bv], 2)?),
-                None => (bk, bv),
-            };
+            let (q, k, v) = layer.attention_inputs(b, &xn, &self.rope, pos, &mut self.ctx, i)?;
             let mask = match self.cfg.sliding[i] {
                 Some(window) => AttnMask::SlidingCausal {
                     offset: pos,

@@ -322,7 +322,7 @@ impl<B: Backend> DecoderLayer<B> {
     /// Queries of `xn` at positions `start..`, with its keys and values appended to layer
     /// `layer` of `cache`: `(q, keys, values)`, the last two over every cached position. The
     /// per-head norms, the rotation and both cache writes are one backend op where it has one
-    /// ([`Backend::qkv_rope_store`]), else the separate ops of [`Self::queries_keys_values`].
+    /// ([`Backend::qkv_rope_store`]), else separate ops (norm + rope of each, two cache writes).
     pub fn attention_inputs(
         &self,
         b: &B,
@@ -365,21 +365,6 @@ impl<B: Backend> DecoderLayer<B> {
         })?;
         let q = q.unwrap_or_else(|| unreachable!("append_with calls the write once"));
         Ok((q, ka, va))
-    }
-
-    /// Queries, keys and values of one input with one (fused) projection.
-    pub fn queries_keys_values(
-        &self,
-        b: &B,
-        xn: &B::Tensor,
-        rope: &B::Rope,
-        start: usize,
-    ) -> BResult<(B::Tensor, B::Tensor, B::Tensor)> {
-        let [yq, yk, yv] = self.project(b, xn, [0, 1, self.v_index()])?;
-        let (h, qn) = (self.shape.heads, &self.q_norm);
-        let q = self.heads_roped(b, yq, &self.q_bias, h, qn, rope, start)?;
-        let (k, v) = self.finish_kv(b, yk, yv, rope, start)?;
-        Ok((q, k, v))
     }
 
     fn finish_kv(
