@@ -334,30 +334,39 @@ impl<B: Backend> DecoderLayer<B> {
     ) -> BResult<(B::Tensor, B::Tensor, B::Tensor)> {
         let [yq, yk, yv] = self.project(b, xn, [0, 1, self.v_index()])?;
         let (h, kvh, d) = (self.shape.heads, self.shape.kv_heads, self.shape.head_dim);
-        let l = b.dims(&yk)[1];
-        let plain = self.q_bias.is_none()
-            && self.k_bias.is_none()
-            && self.v_bias.is_none()
-            && self.v_norm.is_none();
+        // heads [bs, L, n, d], biases added (a copy only where the projection's slice is not
+        // contiguous), split once for either path
+        let qs = self.split_heads(b, yq, &self.q_bias, h)?;
+        let ks = self.split_heads(b, yk, &self.k_bias, kvh)?;
+        let vs = self.split_heads(b, yv, &self.v_bias, kvh)?;
+        let l = b.dims(&ks)[1];
+        let eps = self.shape.eps;
+        let (qn, kn) = (
+            self.q_norm.as_ref().map(|w| (w, eps)),
+            self.k_norm.as_ref().map(|w| (w, eps)),
+        );
         let mut q = None;
         let (ka, va) = cache.append_with(b, layer, [kvh, l, d], |kb, vb, at| {
-            if plain {
-                let eps = self.shape.eps;
+            if self.v_norm.is_none() {
                 let heads = QkvHeads {
-                    q: &b.reshape(&yq, &[1, l, h, d])?,
-                    k: &b.reshape(&yk, &[1, l, kvh, d])?,
-                    v: &b.reshape(&yv, &[1, l, kvh, d])?,
-                    q_norm: self.q_norm.as_ref().map(|w| (w, eps)),
-                    k_norm: self.k_norm.as_ref().map(|w| (w, eps)),
+                    q: &qs,
+                    k: &ks,
+                    v: &vs,
+                    q_norm: qn,
+                    k_norm: kn,
                 };
                 if let Some(out) = b.qkv_rope_store(heads, rope, start, [kb, vb], at) {
                     q = Some(out?);
                     return Ok((kb.clone(), vb.clone()));
                 }
             }
-            let (qh, qn) = (self.shape.heads, &self.q_norm);
-            q = Some(self.heads_roped(b, yq.clone(), &self.q_bias, qh, qn, rope, start)?);
-            let (k, v) = self.finish_kv(b, yk.clone(), yv.clone(), rope, start)?;
+            q = Some(b.norm_rope(qs.clone(), qn, rope, start)?);
+            let k = b.norm_rope(ks.clone(), kn, rope, start)?;
+            let v = match &self.v_norm {
+                Some(nw) => b.rms_norm(&vs, nw, eps)?,
+                None => vs.clone(),
+            };
+            let v = b.transpose(&v, 1, 2)?;
             Ok((
                 b.slice_update(kb, &k, 2, at)?,
                 b.slice_update(vb, &v, 2, at)?,
