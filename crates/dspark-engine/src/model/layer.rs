@@ -347,7 +347,11 @@ impl<B: Backend> DecoderLayer<B> {
         );
         let mut q = None;
         let (ka, va) = cache.append_with(b, layer, [kvh, l, d], |kb, vb, at| {
-            if self.v_norm.is_none() {
+            // the one-launch op has run on the GPU for unbiased models without a value norm
+            let plain = [&self.q_bias, &self.k_bias, &self.v_bias, &self.v_norm]
+                .iter()
+                .all(|t| t.is_none());
+            if plain {
                 let heads = QkvHeads {
                     q: &qs,
                     k: &ks,
