@@ -59,16 +59,7 @@ __global__ void l2_prefetch(const char* p, long bytes) {
 
 template <typename... K, typename... A>
 static void go(void (*k)(K...), dim3 grid, dim3 block, bool pdl_ok, A... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.stream = g_s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = (g_pdl && pdl_ok) ? 1 : 0;
-    CK(cudaLaunchKernelEx(&cfg, k, args...));
+    launch_on(g_s, g_pdl && pdl_ok, k, grid, block, args...);
 }
 
 static void prefetch(const void* p, long bytes) {

@@ -27,16 +27,7 @@ static Cfg CFGS[] = {C(1, 4, 4), C(1, 4, 8), C(1, 4, 16), C(1, 8, 4), C(1, 8, 8)
 static cudaStream_t g_s;
 template <typename... K, typename... A>
 static void go(void (*k)(K...), dim3 grid, dim3 block, A... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.stream = g_s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    CK(cudaLaunchKernelEx(&cfg, k, args...));
+    launch_on(g_s, true, k, grid, block, args...);
 }
 
 static float* g_partial;
