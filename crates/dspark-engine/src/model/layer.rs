@@ -87,6 +87,56 @@ impl<B: Backend> Proj<B> {
             }
         }
     }
+
+    /// The projections of `x [bs, L, in]` that `parts` name (`(index, heads, bias)`), as heads
+    /// `[bs, L, heads, d]`. An unbiased part of a fused projection whose parts are all whole
+    /// heads is a view of the fused output (rows of all parts apart, no copy), which the
+    /// one-launch attention-input op reads in place; other parts are their own tensors.
+    fn heads(
+        &self,
+        b: &B,
+        x: &B::Tensor,
+        parts: &[(usize, usize, Option<&B::Tensor>)],
+        d: usize,
+    ) -> BResult<Vec<B::Tensor>> {
+        let split = |y: B::Tensor, heads: usize, bias: Option<&B::Tensor>| {
+            let dims = b.dims(&y);
+            let y = match bias {
+                Some(bias) => b.add(&y, bias)?,
+                None => y,
+            };
+            b.reshape(&y, &[dims[0], dims[1], heads, d])
+        };
+        match self {
+            Proj::Split(ws) => parts
+                .iter()
+                .map(|&(i, heads, bias)| split(b.matmul(x, &ws[i])?, heads, bias))
+                .collect(),
+            Proj::Fused { w, sizes } => {
+                let y = b.matmul(x, w)?;
+                let dims = b.dims(&y);
+                let total: usize = sizes.iter().sum();
+                let whole = dims.len() == 3 && d > 0 && sizes.iter().all(|s| s % d == 0);
+                let grid = if whole {
+                    Some(b.reshape(&y, &[dims[0], dims[1], total / d, d])?)
+                } else {
+                    None
+                };
+                parts
+                    .iter()
+                    .map(|&(i, heads, bias)| {
+                        let at: usize = sizes[..i].iter().sum();
+                        match (&grid, bias) {
+                            (Some(g), None) if sizes[i] == heads * d => {
+                                b.narrow(g, 2, at / d, heads)
+                            }
+                            _ => split(b.narrow(&y, dims.len() - 1, at, sizes[i])?, heads, bias),
+                        }
+                    })
+                    .collect()
+            }
+        }
+    }
 }
 
 pub struct DecoderLayer<B: Backend> {
@@ -257,64 +307,21 @@ impl<B: Backend> DecoderLayer<B> {
         b.rms_norm(x, &self.input_norm, self.shape.eps)
     }
 
-    /// Projected `y [bs, L, n_heads * d]` (plus the bias) as heads `[bs, L, n_heads, d]`.
-    fn split_heads(
-        &self,
-        b: &B,
-        y: B::Tensor,
-        bias: &Option<B::Tensor>,
-        n_heads: usize,
-    ) -> BResult<B::Tensor> {
-        let dims = b.dims(&y);
-        let (bs, l) = (dims[0], dims[1]);
-        let y = match bias {
-            Some(bias) => b.add(&y, bias)?,
-            None => y,
-        };
-        b.reshape(&y, &[bs, l, n_heads, self.shape.head_dim])
-    }
-
-    /// Projected `y [bs, L, n_heads * d]` -> `[bs, n_heads, L, d]` (bias, per-head norm).
-    fn heads(
-        &self,
-        b: &B,
-        y: B::Tensor,
-        bias: &Option<B::Tensor>,
-        n_heads: usize,
-        norm: &Option<B::Tensor>,
-    ) -> BResult<B::Tensor> {
-        let y = self.split_heads(b, y, bias, n_heads)?;
-        let y = match norm {
-            Some(nw) => b.rms_norm(&y, nw, self.shape.eps)?,
-            None => y,
-        };
-        b.transpose(&y, 1, 2)
-    }
-
-    /// [`Self::heads`] of keys or queries, rotated for positions `start..` (the per-head norm
-    /// and the rotation in one backend op).
-    #[allow(clippy::too_many_arguments)]
-    fn heads_roped(
-        &self,
-        b: &B,
-        y: B::Tensor,
-        bias: &Option<B::Tensor>,
-        n_heads: usize,
-        norm: &Option<B::Tensor>,
-        rope: &B::Rope,
-        start: usize,
-    ) -> BResult<B::Tensor> {
-        let y = self.split_heads(b, y, bias, n_heads)?;
-        b.norm_rope(y, norm.as_ref().map(|w| (w, self.shape.eps)), rope, start)
-    }
-
-    fn project<const N: usize>(
+    /// This layer's projections `which` of `xn` as heads `[bs, L, heads, d]`, biases added
+    /// (see [`Proj::heads`]).
+    fn project_heads<const N: usize>(
         &self,
         b: &B,
         xn: &B::Tensor,
         which: [usize; N],
     ) -> BResult<[B::Tensor; N]> {
-        let v = self.qkv.apply(b, xn, &which)?;
+        let biases = [&self.q_bias, &self.k_bias, &self.v_bias];
+        let counts = [self.shape.heads, self.shape.kv_heads, self.shape.kv_heads];
+        let parts: Vec<_> = which
+            .iter()
+            .map(|&i| (i, counts[i], biases[i].as_ref()))
+            .collect();
+        let v = self.qkv.heads(b, xn, &parts, self.shape.head_dim)?;
         Ok(v.try_into()
             .unwrap_or_else(|_| unreachable!("one output per projection")))
     }
@@ -332,13 +339,9 @@ impl<B: Backend> DecoderLayer<B> {
         cache: &mut KvCache<B>,
         layer: usize,
     ) -> BResult<(B::Tensor, B::Tensor, B::Tensor)> {
-        let [yq, yk, yv] = self.project(b, xn, [0, 1, self.v_index()])?;
-        let (h, kvh, d) = (self.shape.heads, self.shape.kv_heads, self.shape.head_dim);
-        // heads [bs, L, n, d], biases added (a copy only where the projection's slice is not
-        // contiguous), split once for either path
-        let qs = self.split_heads(b, yq, &self.q_bias, h)?;
-        let ks = self.split_heads(b, yk, &self.k_bias, kvh)?;
-        let vs = self.split_heads(b, yv, &self.v_bias, kvh)?;
+        // heads [bs, L, n, d], biases added; views of the fused projection where unbiased
+        let [qs, ks, vs] = self.project_heads(b, xn, [0, 1, self.v_index()])?;
+        let (kvh, d) = (self.shape.kv_heads, self.shape.head_dim);
         let l = b.dims(&ks)[1];
         let eps = self.shape.eps;
         let (qn, kn) = (
@@ -380,20 +383,6 @@ impl<B: Backend> DecoderLayer<B> {
         Ok((q, ka, va))
     }
 
-    fn finish_kv(
-        &self,
-        b: &B,
-        yk: B::Tensor,
-        yv: B::Tensor,
-        rope: &B::Rope,
-        start: usize,
-    ) -> BResult<(B::Tensor, B::Tensor)> {
-        let (h, kn) = (self.shape.kv_heads, &self.k_norm);
-        let k = self.heads_roped(b, yk, &self.k_bias, h, kn, rope, start)?;
-        let v = self.heads(b, yv, &self.v_bias, self.shape.kv_heads, &self.v_norm)?;
-        Ok((k, v))
-    }
-
     /// Which projection gives the values: the key projection when `k_eq_v`.
     fn v_index(&self) -> usize {
         if self.shape.gemma.is_some_and(|g| g.k_eq_v) {
@@ -411,8 +400,14 @@ impl<B: Backend> DecoderLayer<B> {
         rope: &B::Rope,
         start: usize,
     ) -> BResult<(B::Tensor, B::Tensor)> {
-        let [yk, yv] = self.project(b, xn, [1, self.v_index()])?;
-        self.finish_kv(b, yk, yv, rope, start)
+        let [k, v] = self.project_heads(b, xn, [1, self.v_index()])?;
+        let eps = self.shape.eps;
+        let k = b.norm_rope(k, self.k_norm.as_ref().map(|w| (w, eps)), rope, start)?;
+        let v = match &self.v_norm {
+            Some(nw) => b.rms_norm(&v, nw, eps)?,
+            None => v,
+        };
+        Ok((k, b.transpose(&v, 1, 2)?))
     }
 
     /// Attention over given keys/values, projected back: `[1, L, H]`.
