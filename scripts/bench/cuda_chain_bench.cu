@@ -40,6 +40,17 @@ static long g_pf_prefix = 0;
 // ways "*_qkv1": the queries' and keys' norm + rope and both cache writes in one launch, as the
 // engine now runs them, instead of two norm_rope launches and two copies
 static bool g_qkv1 = false;
+// the gate/up GEMM with the SwiGLU epilogue (gemm.cuh GLU) over the interleaved copy of the
+// gate/up weight, in place of the plain GEMM and swiglu_bf16
+static bool g_glu = false;
+
+// rows of [gate; up] interleaved: il[2j] = gate row j, il[2j + 1] = up row j
+__global__ void interleave_rows(const bf* gu, bf* il, int i, int h) {
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < 2L * i * h; e += (long)gridDim.x * blockDim.x) {
+        const long r = e / h, c = e % h;
+        il[e] = gu[((r % 2) * (long)i + r / 2) * h + c];
+    }
+}
 
 // Issues bulk L2 prefetches of p[0, bytes) and completes only after the kernel before it on
 // the stream (griddepcontrol.wait last), so completion stays ordered along the stream while the
@@ -69,12 +80,12 @@ static void prefetch(const void* p, long bytes) {
 static const int L = 36, H = 4096, HQ = 32, HKV = 8, D = 128, I = 12288, V = 151936;
 static const int QKV = (HQ + 2 * HKV) * D, MAXL = 8192 + 16;
 
-struct Layer { bf *qkv, *o, *gu, *down, *n_in, *n_post, *qn, *kn, *kc, *vc; };
+struct Layer { bf *qkv, *o, *gu, *down, *n_in, *n_post, *qn, *kn, *kc, *vc, *gu_il; };
 
 static float* g_partial;
 static unsigned* g_counters;
 
-static void gemm(const bf* x, const bf* w, bf* y, int m, int n, int k) {
+static void gemm(const bf* x, const bf* w, bf* y, int m, int n, int k, bool glu = false) {
     // the engine's plan (backend/cuda_shapes.rs gemm_plan)
     int nt, warps, splits;
     if (n >= 16384) { nt = 4; warps = 4; splits = 1; }
@@ -85,6 +96,10 @@ static void gemm(const bf* x, const bf* w, bf* y, int m, int n, int k) {
     auto f = nt == 4 ? (warps == 4 ? gemm_rows_bf16_nt4_w4 : gemm_rows_bf16_nt4_w8)
            : nt == 2 ? (warps == 4 ? gemm_rows_bf16_nt2_w4 : gemm_rows_bf16_nt2_w8)
                      : (warps == 4 ? gemm_rows_bf16_nt1_w4 : gemm_rows_bf16_nt1_w8);
+    if (glu)
+        f = nt == 4 ? (warps == 4 ? gemm_rows_glu_bf16_nt4_w4 : gemm_rows_glu_bf16_nt4_w8)
+          : nt == 2 ? (warps == 4 ? gemm_rows_glu_bf16_nt2_w4 : gemm_rows_glu_bf16_nt2_w8)
+                    : (warps == 4 ? gemm_rows_glu_bf16_nt1_w4 : gemm_rows_glu_bf16_nt1_w8);
     go(f, grid, dim3(32 * warps), true, x, w, y, m, n, k, k, 1, splits,
        splits > 1 ? g_partial : (float*)nullptr, splits > 1 ? g_counters : (unsigned*)nullptr);
 }
@@ -129,8 +144,12 @@ static void step(std::vector<Layer>& ls, bf* fnorm, bf* head, bf* cosb, bf* sinb
         go(add_rms_norm_bf16, dim3(m), dim3(512), true, (const bf*)b.x, (const bf*)b.ob, (const bf*)w.n_post, b.sum, b.y, na);
         std::swap(b.x, b.sum);
         prefetch(w.gu, g_pf_prefix);
-        gemm(b.y, w.gu, b.gu, m, 2 * I, H);
-        go(swiglu_bf16, dim3((m * I + 255) / 256), dim3(256), true, (const bf*)b.gu, (const bf*)(b.gu + I), b.act, (long)m, I, (long)2 * I, (long)2 * I);
+        if (g_glu) {
+            gemm(b.y, w.gu_il, b.act, m, 2 * I, H, true);
+        } else {
+            gemm(b.y, w.gu, b.gu, m, 2 * I, H);
+            go(swiglu_bf16, dim3((m * I + 255) / 256), dim3(256), true, (const bf*)b.gu, (const bf*)(b.gu + I), b.act, (long)m, I, (long)2 * I, (long)2 * I, 1);
+        }
         prefetch(w.down, g_pf_prefix);
         gemm(b.act, w.down, b.delta, m, H, I);
     }
@@ -158,7 +177,9 @@ int main() {
         const unsigned s = 1000 * (l + 1);
         ls[l] = {alloc((long)QKV * H, s + 1, 0.05f), alloc((long)H * H, s + 2, 0.05f), alloc(2L * I * H, s + 3, 0.05f),
                  alloc((long)H * I, s + 4, 0.03f), alloc(H, s + 5, 2.f), alloc(H, s + 6, 2.f), alloc(D, s + 7, 2.f),
-                 alloc(D, s + 8, 2.f), alloc((long)HKV * MAXL * D, s + 9, 1.f), alloc((long)HKV * MAXL * D, s + 10, 1.f)};
+                 alloc(D, s + 8, 2.f), alloc((long)HKV * MAXL * D, s + 9, 1.f), alloc((long)HKV * MAXL * D, s + 10, 1.f),
+                 alloc(2L * I * H, s + 11, 0.f)};
+        interleave_rows<<<1024, 256>>>(ls[l].gu, ls[l].gu_il, I, H);
         wbytes += 2.0 * ((double)QKV * H + (double)H * H + 2.0 * I * H + (double)H * I);
     }
     bf* fnorm = alloc(H, 7, 2.f);
@@ -184,10 +205,12 @@ int main() {
     bf* d0 = alloc((long)M * H, 12, 1.f);
     printf("{\"weights_gb_per_step\": %.3f}\n", wbytes / 1e9);
 
-    struct Way { const char* name; bool pdl; bool graph; bool pf_o; long pf_prefix; bool qkv1 = false; };
+    struct Way { const char* name; bool pdl; bool graph; bool pf_o; long pf_prefix; bool qkv1 = false; bool glu = false; };
     const Way ways[] = {{"plain", false, false, false, 0}, {"pdl", true, false, false, 0},
                         {"graph", false, true, false, 0}, {"graph_pdl", true, true, false, 0},
                         {"pdl_qkv1", true, false, false, 0, true}, {"graph_pdl_qkv1", true, true, false, 0, true},
+                        {"pdl_qkv1_glu", true, false, false, 0, true, true},
+                        {"graph_pdl_qkv1_glu", true, true, false, 0, true, true},
                         {"pdl_pf_o", true, false, true, 0}, {"pdl_pf_o_4mb", true, false, true, 4L << 20},
                         {"pdl_pf_o_8mb", true, false, true, 8L << 20}, {"pdl_pf_o_16mb", true, false, true, 16L << 20},
                         {"pdl_pf_8mb", true, false, false, 8L << 20}};
@@ -202,6 +225,7 @@ int main() {
                 g_pf_o = w.pf_o;
                 g_pf_prefix = w.pf_prefix;
                 g_qkv1 = w.qkv1;
+                g_glu = w.glu;
                 auto reset = [&] {
                     CK(cudaMemcpyAsync(b.x, x0, (long)M * H * 2, cudaMemcpyDeviceToDevice, g_s));
                     CK(cudaMemcpyAsync(b.delta, d0, (long)M * H * 2, cudaMemcpyDeviceToDevice, g_s));

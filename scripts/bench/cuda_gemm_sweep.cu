@@ -14,7 +14,7 @@ template <int NT, int W, int U>
 __global__ void __launch_bounds__(W * 32)
     sweep_gemm(const bf* x, const bf* w, bf* y, int m, int n, int k, int ldx, int vec, int splits,
                float* partial, unsigned* counters) {
-    gemm_rows<NT, W, U>(x, w, y, m, n, k, ldx, vec, splits, partial, counters);
+    gemm_rows<NT, W, U, false>(x, w, y, m, n, k, ldx, vec, splits, partial, counters);
 }
 
 typedef void (*GemmFn)(const bf*, const bf*, bf*, int, int, int, int, int, int, float*, unsigned*);

@@ -116,6 +116,19 @@ fn device_argmax_paths_match_mlx_dspark_on_the_cpu() {
     }
 }
 
+/// The MLPs loaded as one interleaved gate/up weight (`Backend::swiglu_linear`, which the
+/// CUDA GEMM's SwiGLU epilogue reads) in the target and both drafters, on the CPU's portable
+/// path: the same goldens round by round.
+#[test]
+fn fused_swiglu_weights_match_mlx_dspark_on_the_cpu() {
+    if matches!(
+        dspark_tests::selected_backend(),
+        dspark_tests::Which::Candle
+    ) {
+        match_mlx_dspark(dspark_tests::candle_backend().with_fused_swiglu(true));
+    }
+}
+
 fn match_mlx_dspark<B: Backend>(b: B) {
     let g: Value =
         serde_json::from_str(&std::fs::read_to_string(fixture("spec/golden_mlx.json")).unwrap())

@@ -154,6 +154,20 @@ pub trait Backend: Clone + Send + 'static {
     fn linear_dense(&self, _w: &Self::Linear) -> Option<Self::Tensor> {
         None
     }
+    /// A weight whose matmul ([`Backend::swiglu_matmul`]) gives the SwiGLU MLP's activation
+    /// `silu(x · gateᵀ) · (x · upᵀ)` in one pass, where the backend has such a GEMM. `None`:
+    /// it has not (the model keeps gate and up as projections and calls [`Backend::swiglu`]).
+    fn swiglu_linear(&self, _gate: &HostTensor, _up: &HostTensor) -> Option<BResult<Self::Linear>> {
+        None
+    }
+    /// `silu(x · gateᵀ) · (x · upᵀ)` for a weight made by [`Backend::swiglu_linear`]; the same
+    /// values as [`Backend::matmul`] of each and [`Backend::swiglu`].
+    fn swiglu_matmul(&self, _x: &Self::Tensor, _w: &Self::Linear) -> BResult<Self::Tensor> {
+        Err(BackendError {
+            backend: self.name(),
+            message: "this backend has no fused SwiGLU matmul".into(),
+        })
+    }
     /// Whether [`Backend::gather_rows`] can read rows of this matmul weight (a tied embedding
     /// then needs no dense copy of its table).
     fn has_rows(&self, _w: &Self::Linear) -> bool {

@@ -57,6 +57,16 @@ impl<B: Backend> Proj<B> {
             .iter()
             .map(|(name, shape)| src.get_shaped(name, shape))
             .collect::<Result<Vec<_>, _>>()?;
+        Self::from_hosts(b, src, parts, hosts, fuse)
+    }
+
+    fn from_hosts(
+        b: &B,
+        src: &dyn WeightSource,
+        parts: &[(String, [usize; 2])],
+        hosts: Vec<HostTensor>,
+        fuse: bool,
+    ) -> Result<Self, LoadError> {
         if fuse {
             let refs: Vec<&HostTensor> = hosts.iter().collect();
             if let Some(cat) = HostTensor::concat_rows(&refs) {
@@ -139,6 +149,37 @@ impl<B: Backend> Proj<B> {
     }
 }
 
+/// The MLP's input projections: gate and up (fused or apart), or, where the backend has a
+/// GEMM that computes the SwiGLU activation itself ([`Backend::swiglu_linear`]), one weight
+/// with their rows interleaved.
+enum GateUp<B: Backend> {
+    Proj(Proj<B>),
+    Swiglu(B::Linear),
+}
+
+impl<B: Backend> GateUp<B> {
+    /// Gemma's MLP (a GELU-tanh gate) always keeps the projections.
+    fn load(
+        b: &B,
+        src: &dyn WeightSource,
+        parts: &[(String, [usize; 2])],
+        swiglu: bool,
+    ) -> Result<Self, LoadError> {
+        let hosts = parts
+            .iter()
+            .map(|(name, shape)| src.get_shaped(name, shape))
+            .collect::<Result<Vec<_>, _>>()?;
+        if swiglu {
+            if let Some(w) = b.swiglu_linear(&hosts[0], &hosts[1]) {
+                return w
+                    .map(GateUp::Swiglu)
+                    .map_err(|e| load_err(src, &parts[0].0, e));
+            }
+        }
+        Proj::from_hosts(b, src, parts, hosts, true).map(GateUp::Proj)
+    }
+}
+
 pub struct DecoderLayer<B: Backend> {
     pub shape: LayerShape,
     /// q, k, v
@@ -150,7 +191,7 @@ pub struct DecoderLayer<B: Backend> {
     q_norm: Option<B::Tensor>,
     k_norm: Option<B::Tensor>,
     /// gate, up
-    gate_up: Proj<B>,
+    gate_up: GateUp<B>,
     down: B::Linear,
     input_norm: B::Tensor,
     /// The MLP's input norm (`post_attention_layernorm`; Gemma: `pre_feedforward_layernorm`).
@@ -284,14 +325,14 @@ impl<B: Backend> DecoderLayer<B> {
             v_bias: opt(n("self_attn.v_proj.bias"), kd, s.qkv_bias)?,
             q_norm: norm(n("self_attn.q_norm.weight"), s.head_dim, s.qk_norm)?,
             k_norm: norm(n("self_attn.k_norm.weight"), s.head_dim, s.qk_norm)?,
-            gate_up: Proj::load(
+            gate_up: GateUp::load(
                 b,
                 src,
                 &[
                     (n("mlp.gate_proj.weight"), [s.intermediate, h]),
                     (n("mlp.up_proj.weight"), [s.intermediate, h]),
                 ],
-                true,
+                !gemma,
             )?,
             down: linear(b, src, &n("mlp.down_proj.weight"), &[h, s.intermediate])?,
             input_norm: norm_weight(b, src, &n("input_layernorm.weight"), h, offset)?,
@@ -457,14 +498,18 @@ impl<B: Backend> DecoderLayer<B> {
         xn: &B::Tensor,
         next: Option<&Self>,
     ) -> BResult<(B::Tensor, Option<B::Tensor>)> {
-        let [g, u]: [B::Tensor; 2] = self
-            .gate_up
-            .apply(b, xn, &[0, 1])?
-            .try_into()
-            .unwrap_or_else(|_| unreachable!("two outputs"));
-        let act = match self.shape.gemma {
-            Some(_) => b.mul(&b.gelu_tanh(&g)?, &u)?,
-            None => b.swiglu(&g, &u)?,
+        let act = match &self.gate_up {
+            GateUp::Swiglu(w) => b.swiglu_matmul(xn, w)?,
+            GateUp::Proj(p) => {
+                let [g, u]: [B::Tensor; 2] = p
+                    .apply(b, xn, &[0, 1])?
+                    .try_into()
+                    .unwrap_or_else(|_| unreachable!("two outputs"));
+                match self.shape.gemma {
+                    Some(_) => b.mul(&b.gelu_tanh(&g)?, &u)?,
+                    None => b.swiglu(&g, &u)?,
+                }
+            }
         };
         let mut y = b.matmul(&act, &self.down)?;
         if let Some(w) = &self.post_ff_norm {

@@ -73,6 +73,40 @@ impl HostTensor {
 }
 
 impl HostTensor {
+    /// Two dense `[out, in]` matrices of one dtype as one `[2 out, in]` with their rows
+    /// interleaved: `a` row 0, `b` row 0, `a` row 1, ... (a GEMM that computes each pair of
+    /// columns together, e.g. SwiGLU's gate and up). `None` for other storage or unequal shapes.
+    pub fn interleave_rows(a: &HostTensor, b: &HostTensor) -> Option<HostTensor> {
+        match (a, b) {
+            (
+                HostTensor::Dense {
+                    shape,
+                    dtype,
+                    bytes,
+                    ..
+                },
+                HostTensor::Dense {
+                    shape: sb,
+                    dtype: db,
+                    bytes: bb,
+                },
+            ) if shape.len() == 2 && shape == sb && dtype == db && shape[1] > 0 => {
+                let row = bytes.len() / shape[0].max(1);
+                let mut out = Vec::with_capacity(2 * bytes.len());
+                for (ra, rb) in bytes.chunks_exact(row).zip(bb.chunks_exact(row)) {
+                    out.extend_from_slice(ra);
+                    out.extend_from_slice(rb);
+                }
+                Some(HostTensor::Dense {
+                    shape: vec![2 * shape[0], shape[1]],
+                    dtype: *dtype,
+                    bytes: out.into(),
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// Stacks `[out_i, in]` matrices into one `[sum out_i, in]` (fused projections at load).
     /// `None` when the parts differ in storage kind, dtype, quantization or input size, so the
     /// caller keeps them apart. Each output row is the same bytes as before, so a fused matmul

@@ -12,7 +12,7 @@ use super::{err, CandleBackend};
 use crate::backend::cpu::affine::{self, Affine, OwnedParams};
 use crate::backend::cpu::qpack::{QFormat, QPacked};
 use crate::backend::cpu::{gemv, ops as cpu_ops};
-use crate::backend::{profile, BResult, DType};
+use crate::backend::{profile, BResult, Backend, DType};
 use crate::weights::HostTensor;
 
 /// Our kernels run Q8_0, Q4_0, Q4_1, Q4_K and Q6_K (`backend/cpu/qgemv.rs`); candle has SIMD
@@ -207,6 +207,77 @@ impl CandleBackend {
     }
 
     /// `x[.., in] @ w^T`.
+    /// [`Backend::swiglu_linear`]: gate and up rows interleaved into one dense weight, on CUDA
+    /// with our kernels and bf16 compute (`DSPARK_CUDA_GLU=0`: not, for side-by-side runs), or
+    /// where a test asked for it ([`CandleBackend::with_fused_swiglu`]).
+    pub(super) fn glu_linear(
+        &self,
+        gate: &HostTensor,
+        up: &HostTensor,
+    ) -> Option<BResult<CandleLinear>> {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let env = *ON.get_or_init(|| std::env::var("DSPARK_CUDA_GLU").map_or(true, |v| v != "0"));
+        let cuda = self.cuda_kernels() && self.dtype == DType::BF16 && env;
+        let cpu = self.cpu_fused_swiglu && !self.device.is_cuda();
+        if !(cuda || cpu) {
+            return None;
+        }
+        let host = HostTensor::interleave_rows(gate, up)?;
+        Some(self.load_linear(&host).and_then(|w| match w {
+            CandleLinear::Dense(_) => Ok(w),
+            _ => Err(err(candle_core::Error::Msg(
+                "the fused gate/up weight did not load dense".into(),
+            ))),
+        }))
+    }
+
+    /// [`Backend::swiglu_matmul`]: on CUDA, for the few rows of decode and verify, our GEMM
+    /// with the SwiGLU epilogue (the bits of the plain GEMM and `swiglu`); elsewhere the plain
+    /// product, its gate and up columns taken apart, and [`Backend::swiglu`].
+    pub(super) fn glu_matmul(&self, x: &Tensor, w: &CandleLinear) -> BResult<Tensor> {
+        let CandleLinear::Dense(wt) = w else {
+            return Err(err(candle_core::Error::Msg(
+                "a fused gate/up weight is dense".into(),
+            )));
+        };
+        let dims = x.dims().to_vec();
+        let rows: usize = dims[..dims.len().saturating_sub(1)].iter().product();
+        #[cfg(feature = "cuda")]
+        if self.cuda_kernels()
+            && rows <= crate::backend::cuda::ROWS_MAX
+            && x.dtype() == CDType::BF16
+            && wt.dtype() == CDType::BF16
+        {
+            let _p = profile::span("matmul.swiglu");
+            let x = if x.stride().last() == Some(&1) {
+                x.clone()
+            } else {
+                x.contiguous().map_err(err)?
+            };
+            return x
+                .apply_op2_no_bwd(wt, &crate::backend::cuda::RowsGemm { glu: true })
+                .map_err(err);
+        }
+        let _ = (rows, wt);
+        let y = self.linear_matmul(x, w)?;
+        let mut pairs = y.dims().to_vec();
+        let last = pairs.len() - 1;
+        pairs[last] /= 2;
+        pairs.push(2);
+        let y = y.reshape(pairs).map_err(err)?;
+        // on CUDA, `swiglu` reads the two halves in place (element stride 2)
+        let half = |i: usize| {
+            y.narrow(last + 1, i, 1)
+                .and_then(|t| t.squeeze(last + 1))
+                .and_then(|t| match self.device.is_cuda() {
+                    true => Ok(t),
+                    false => t.contiguous(),
+                })
+                .map_err(err)
+        };
+        self.swiglu(&half(0)?, &half(1)?)
+    }
+
     pub(super) fn linear_matmul(&self, x: &Tensor, w: &CandleLinear) -> BResult<Tensor> {
         let _p = profile::span(match w {
             CandleLinear::Dense(_) => "matmul.dense",
@@ -263,7 +334,7 @@ impl CandleBackend {
                         x.contiguous().map_err(err)?
                     };
                     return x
-                        .apply_op2_no_bwd(w, &crate::backend::cuda::RowsGemm)
+                        .apply_op2_no_bwd(w, &crate::backend::cuda::RowsGemm { glu: false })
                         .map_err(err);
                 }
                 if cpu_kernel && gemv::takes_rows(rows) {

@@ -49,6 +49,8 @@ pub struct CandleBackend {
     own_kernels: bool,
     /// Take the device-argmax paths on the CPU too ([`CandleBackend::with_device_argmax`]).
     cpu_device_argmax: bool,
+    /// Fuse SwiGLU's gate and up weights off CUDA too ([`CandleBackend::with_fused_swiglu`]).
+    cpu_fused_swiglu: bool,
     /// What each loaded weight became (see `take_load_report`).
     report: std::sync::Arc<std::sync::Mutex<crate::backend::load_report::LoadReport>>,
     /// The last attention mask built, with its key: every layer of one forward asks for the
@@ -86,6 +88,7 @@ impl CandleBackend {
             keep_quantized: false,
             own_kernels: own_kernels_from_env(),
             cpu_device_argmax: false,
+            cpu_fused_swiglu: false,
             report: Default::default(),
             last_mask: Default::default(),
         }
@@ -109,6 +112,7 @@ impl CandleBackend {
             dtype: DType::BF16,
             keep_quantized: false,
             cpu_device_argmax: false,
+            cpu_fused_swiglu: false,
             own_kernels: cfg!(feature = "cuda")
                 && std::env::var("DSPARK_CUDA_KERNELS").map_or(true, |v| v != "0"),
             report: Default::default(),
@@ -126,6 +130,14 @@ impl CandleBackend {
     /// code they run on a GPU (ids instead of rows), so CPU tests cover it.
     pub fn with_device_argmax(mut self, on: bool) -> Self {
         self.cpu_device_argmax = on;
+        self
+    }
+
+    /// Load SwiGLU MLPs as one interleaved gate/up weight ([`Backend::swiglu_linear`]) on the
+    /// CPU too, where [`Backend::swiglu_matmul`] takes its portable path: CPU tests then cover
+    /// the loading and wiring that the CUDA GEMM's fused epilogue relies on.
+    pub fn with_fused_swiglu(mut self, on: bool) -> Self {
+        self.cpu_fused_swiglu = on;
         self
     }
 
@@ -252,6 +264,14 @@ impl Backend for CandleBackend {
 
     fn linear(&self, host: &HostTensor) -> BResult<CandleLinear> {
         self.load_linear(host)
+    }
+
+    fn swiglu_linear(&self, gate: &HostTensor, up: &HostTensor) -> Option<BResult<CandleLinear>> {
+        self.glu_linear(gate, up)
+    }
+
+    fn swiglu_matmul(&self, x: &Tensor, w: &CandleLinear) -> BResult<Tensor> {
+        self.glu_matmul(x, w)
     }
 
     fn has_rows(&self, w: &CandleLinear) -> bool {
@@ -444,8 +464,8 @@ impl Backend for CandleBackend {
         if self.cuda_kernels()
             && gate.dtype() == up.dtype()
             && cuda_dtype(gate.dtype())
-            && gate.stride().last() == Some(&1)
-            && up.stride().last() == Some(&1)
+            && matches!(gate.stride().last(), Some(1 | 2))
+            && up.stride().last() == gate.stride().last()
         {
             return gate.apply_op2_no_bwd(up, &cuda_ops::Swiglu).map_err(err);
         }

@@ -13,6 +13,14 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float
     return __float2bfloat16(x);
 }
 
+// SwiGLU of one gate and up value as stored (`T`-rounded): silu(g) * u in f32, rounded to `T`.
+// The one formula of `swiglu_*` and of the GEMM's fused SwiGLU epilogue, so both give the bits.
+template <typename T> __device__ __forceinline__ T silu_mul(T g, T u) {
+    const float gv = to_f(g);
+    const float sv = gv / (1.0f + expf(-gv));
+    return from_f<T>(sv * to_f(u));
+}
+
 // Programmatic dependent launch (sm_90). The host launches our kernels with the
 // programmatic-serialization attribute (`launch.rs`), so a kernel's blocks may start while the
 // kernel before it on the stream is still running. Every kernel therefore calls `pdl_enter`

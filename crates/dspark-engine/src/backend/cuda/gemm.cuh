@@ -12,7 +12,11 @@
 // block of a column tile to arrive (a counter per tile, reset by it) adds the ranges in range
 // order. Absent rows are zero rows of the MMA and never mix into a present row, and nothing
 // here depends on m, so a 16-row verify gives the bits of 16 one-row steps.
-template <int NT, int W, int U>
+// GLU: w holds the gate and up projections' rows interleaved (gate 0, up 0, gate 1, ...), so a
+// block's columns are whole pairs; each pair's two sums are rounded to bf16 as the plain GEMM
+// stores them and y gets silu(gate) * up (`silu_mul`, as `swiglu_bf16` computes it), n / 2
+// columns per row: the bits of the plain GEMM followed by `swiglu_bf16`, one launch fewer.
+template <int NT, int W, int U, bool GLU>
 __device__ void gemm_rows(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                           __nv_bfloat16* __restrict__ y, int m, int n, int k, int ldx, int vec,
                           int splits, float* __restrict__ partial, unsigned* __restrict__ counters) {
@@ -66,6 +70,19 @@ __device__ void gemm_rows(const __nv_bfloat16* __restrict__ x, const __nv_bfloat
         part[warp][g + 8][8 * j + 2 * t + 1] = c[j][3];
     }
     __syncthreads();
+    if (GLU && splits == 1) {
+        for (int e = threadIdx.x; e < 16 * 4 * NT; e += blockDim.x) {
+            const int row = e / (4 * NT), p = e % (4 * NT);
+            if (row < m && n0 + 2 * p + 1 < n) {
+                float g = 0.f, u = 0.f;
+                for (int v = 0; v < W; ++v) g += part[v][row][2 * p];
+                for (int v = 0; v < W; ++v) u += part[v][row][2 * p + 1];
+                y[(long)row * (n / 2) + n0 / 2 + p] =
+                    silu_mul(__float2bfloat16(g), __float2bfloat16(u));
+            }
+        }
+        return;
+    }
     for (int e = threadIdx.x; e < 16 * 8 * NT; e += blockDim.x) {
         const int row = e / (8 * NT), col = e % (8 * NT);
         if (row < m && n0 + col < n) {
@@ -84,26 +101,41 @@ __device__ void gemm_rows(const __nv_bfloat16* __restrict__ x, const __nv_bfloat
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int e = threadIdx.x; e < 16 * 8 * NT; e += blockDim.x) {
-        const int row = e / (8 * NT), col = e % (8 * NT);
-        if (row < m && n0 + col < n) {
-            float s = 0.f;
-            for (int r = 0; r < splits; ++r) s += __ldcg(&partial[((long)r * m + row) * n + n0 + col]);
-            y[(long)row * n + n0 + col] = __float2bfloat16(s);
+    if (GLU) {
+        for (int e = threadIdx.x; e < 16 * 4 * NT; e += blockDim.x) {
+            const int row = e / (4 * NT), p = e % (4 * NT);
+            const long col = n0 + 2 * p;
+            if (row < m && col + 1 < n) {
+                float g = 0.f, u = 0.f;
+                for (int r = 0; r < splits; ++r) g += __ldcg(&partial[((long)r * m + row) * n + col]);
+                for (int r = 0; r < splits; ++r)
+                    u += __ldcg(&partial[((long)r * m + row) * n + col + 1]);
+                y[(long)row * (n / 2) + col / 2] = silu_mul(__float2bfloat16(g), __float2bfloat16(u));
+            }
+        }
+    } else {
+        for (int e = threadIdx.x; e < 16 * 8 * NT; e += blockDim.x) {
+            const int row = e / (8 * NT), col = e % (8 * NT);
+            if (row < m && n0 + col < n) {
+                float s = 0.f;
+                for (int r = 0; r < splits; ++r) s += __ldcg(&partial[((long)r * m + row) * n + n0 + col]);
+                y[(long)row * n + n0 + col] = __float2bfloat16(s);
+            }
         }
     }
     if (threadIdx.x == 0) counters[blockIdx.x] = 0u;
 }
 
-#define GEMM_ROWS(NT, W, U)                                                                   \
+#define GEMM_ROWS_AS(NAME, NT, W, U, GLU)                                                     \
     extern "C" __global__ void __launch_bounds__(W * 32)                                      \
-        gemm_rows_bf16_nt##NT##_w##W(const __nv_bfloat16* __restrict__ x,                    \
-                                     const __nv_bfloat16* __restrict__ w,                    \
-                                     __nv_bfloat16* __restrict__ y, int m, int n, int k,     \
-                                     int ldx, int vec, int splits, float* partial,           \
-                                     unsigned* counters) {                                   \
-        gemm_rows<NT, W, U>(x, w, y, m, n, k, ldx, vec, splits, partial, counters);          \
+        NAME(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,       \
+             __nv_bfloat16* __restrict__ y, int m, int n, int k, int ldx, int vec,           \
+             int splits, float* partial, unsigned* counters) {                               \
+        gemm_rows<NT, W, U, GLU>(x, w, y, m, n, k, ldx, vec, splits, partial, counters);     \
     }
+#define GEMM_ROWS(NT, W, U)                                                                   \
+    GEMM_ROWS_AS(gemm_rows_bf16_nt##NT##_w##W, NT, W, U, false)                               \
+    GEMM_ROWS_AS(gemm_rows_glu_bf16_nt##NT##_w##W, NT, W, U, true)
 GEMM_ROWS(1, 8, 4)
 GEMM_ROWS(2, 8, 4)
 GEMM_ROWS(4, 8, 4)

@@ -17,8 +17,11 @@ use super::{cpu_only, msg, row_stride, view, ROWS_MAX};
 use crate::backend::cuda_shapes::{gemm_plan as plan, SPLIT_TILES_MAX};
 
 /// `x[.., k] · w[n, k]ᵀ -> [.., n]` for at most [`ROWS_MAX`] rows; x and w of one dtype,
-/// x rows at a unit inner stride, w contiguous.
-pub struct RowsGemm;
+/// x rows at a unit inner stride, w contiguous. With `glu` (bf16 only), w's rows are the gate
+/// and up projections interleaved and the result is `silu(gate) · up`, `[.., n / 2]`.
+pub struct RowsGemm {
+    pub glu: bool,
+}
 
 /// Per device: zeroed arrival counters of split launches (each launch's last block resets its
 /// tile's counter, so they are zero again between launches on the one stream).
@@ -66,6 +69,13 @@ impl CustomOp2 for RowsGemm {
         if m == 0 || m > ROWS_MAX {
             return Err(msg(format!("gemm: {m} rows (1..={ROWS_MAX})")));
         }
+        if self.glu && (n % 2 != 0 || xs.dtype() != DType::BF16) {
+            return Err(msg(format!(
+                "gemm: the SwiGLU form needs bf16 and gate/up row pairs, got {:?} x {n}",
+                xs.dtype()
+            )));
+        }
+        let n_out = if self.glu { n / 2 } else { n };
         let ldx = row_stride(xl, "gemm")? as usize;
         let dt = xs.dtype();
         if ws.dtype() != dt {
@@ -73,20 +83,21 @@ impl CustomOp2 for RowsGemm {
         }
         let dev = xs.device().clone();
         let mut od = xd.to_vec();
-        *od.last_mut().unwrap() = n;
+        *od.last_mut().unwrap() = n_out;
         let slice = match dt {
             DType::BF16 => {
                 let x = view::<bf16>(xs, xl)?;
                 let w = view::<bf16>(ws, wl)?;
                 // SAFETY: every element is written by the kernel below before anything reads it.
-                let y = unsafe { dev.alloc::<bf16>(m * n)? };
+                let y = unsafe { dev.alloc::<bf16>(m * n_out)? };
                 let aligned = k % 8 == 0
                     && ldx.is_multiple_of(8)
                     && xl.start_offset().is_multiple_of(8)
                     && wl.start_offset().is_multiple_of(8);
                 let (nt, warps, splits) = plan(n, k);
                 let tiles = n.div_ceil(8 * nt);
-                let f = func!(dev, &format!("gemm_rows_bf16_nt{nt}_w{warps}"))?;
+                let form = if self.glu { "glu_" } else { "" };
+                let f = func!(dev, &format!("gemm_rows_{form}bf16_nt{nt}_w{warps}"))?;
                 let cfg = LaunchConfig {
                     grid_dim: (tiles as u32, splits as u32, 1),
                     block_dim: (32 * warps as u32, 1, 1),

@@ -40,27 +40,28 @@ extern "C" __global__ void argmax_rows_bf16(const __nv_bfloat16* x, uint32_t* ou
     argmax_rows<__nv_bfloat16>(x, out, n, ld);
 }
 
-// silu(gate) * up, rows of `cols` values at row strides ldg / ldu, out contiguous.
+// silu(gate) * up, rows of `cols` values at row strides ldg / ldu and element stride es (1, or
+// 2 for the gate and up columns of one interleaved GEMM output), out contiguous.
 template <typename T>
-__device__ void swiglu_rows(const T* g, const T* u, T* o, long rows, int cols, long ldg, long ldu) {
+__device__ void swiglu_rows(const T* g, const T* u, T* o, long rows, int cols, long ldg, long ldu,
+                            int es) {
     const long total = rows * cols;
     for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
          e += (long)gridDim.x * blockDim.x) {
         const long r = e / cols, c = e % cols;
-        const float gv = to_f(g[r * ldg + c]);
-        const float sv = gv / (1.0f + expf(-gv));
-        o[e] = from_f<T>(sv * to_f(u[r * ldu + c]));
+        o[e] = silu_mul<T>(g[r * ldg + c * es], u[r * ldu + c * es]);
     }
 }
 extern "C" __global__ void swiglu_f32(const float* g, const float* u, float* o, long rows,
-                                      int cols, long ldg, long ldu) {
+                                      int cols, long ldg, long ldu, int es) {
     pdl_enter();
-    swiglu_rows<float>(g, u, o, rows, cols, ldg, ldu);
+    swiglu_rows<float>(g, u, o, rows, cols, ldg, ldu, es);
 }
 extern "C" __global__ void swiglu_bf16(const __nv_bfloat16* g, const __nv_bfloat16* u,
-                                       __nv_bfloat16* o, long rows, int cols, long ldg, long ldu) {
+                                       __nv_bfloat16* o, long rows, int cols, long ldg, long ldu,
+                                       int es) {
     pdl_enter();
-    swiglu_rows<__nv_bfloat16>(g, u, o, rows, cols, ldg, ldu);
+    swiglu_rows<__nv_bfloat16>(g, u, o, rows, cols, ldg, ldu, es);
 }
 
 // ---------------------------------------------------------------------------------------------

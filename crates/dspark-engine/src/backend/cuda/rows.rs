@@ -99,7 +99,17 @@ impl CustomOp2 for Swiglu {
         let dims = gl.dims().to_vec();
         let cols = *dims.last().ok_or_else(|| msg("swiglu: scalar"))?;
         let rows: usize = dims[..dims.len() - 1].iter().product();
-        let (ldg, ldu) = (row_stride(gl, "swiglu")?, row_stride(ul, "swiglu")?);
+        // element stride 2: the gate and up columns of one interleaved GEMM output
+        let es = *gl.stride().last().unwrap_or(&1);
+        if ul.stride().last() != Some(&es) || !matches!(es, 1 | 2) {
+            return Err(msg("swiglu: gate and up need one element stride, 1 or 2"));
+        }
+        let (ldg, ldu) = if es == 2 {
+            (pair_rows(gl)?, pair_rows(ul)?)
+        } else {
+            (row_stride(gl, "swiglu")?, row_stride(ul, "swiglu")?)
+        };
+        let es = es as i32;
         let dev = gs.device().clone();
         let sfx = suffix(gs.dtype(), "swiglu")?;
         let f = func!(dev, &format!("swiglu_{sfx}"))?;
@@ -124,6 +134,7 @@ impl CustomOp2 for Swiglu {
                 b.val(&c);
                 b.val(&ldg);
                 b.val(&ldu);
+                b.val(&es);
                 // SAFETY: the arguments match the kernel's signature in rows.cuh and every buffer
                 // outlives the launch in stream order (one stream; frees are stream-ordered).
                 unsafe { b.run(cfg) }?;
@@ -136,6 +147,21 @@ impl CustomOp2 for Swiglu {
         };
         Ok((out, Shape::from(dims)))
     }
+}
+
+/// The row stride of `[.., cols]` values at element stride 2 that lie as whole rows of `2 cols`
+/// (one interleaved GEMM output's gate or up columns).
+fn pair_rows(l: &Layout) -> Result<i64> {
+    let (d, s) = (l.dims(), l.stride());
+    let cols = *d.last().ok_or_else(|| msg("swiglu: scalar"))?;
+    let mut want = 2 * cols;
+    for i in (0..d.len() - 1).rev() {
+        if d[i] > 1 && s[i] != want {
+            return Err(msg("swiglu: interleaved rows must lie back to back"));
+        }
+        want *= d[i];
+    }
+    Ok(2 * cols as i64)
 }
 
 /// Kernel arguments of `add_rms_norm` (layout shared with `NormRows` in rows.cuh).
