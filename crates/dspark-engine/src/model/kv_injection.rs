@@ -267,8 +267,7 @@ impl<B: Backend> KvInjectionNet<B> {
             self.cfg.rms_norm_eps,
         )?;
         for (i, layer) in self.layers.iter().enumerate() {
-            let (k, v) = layer.keys_values(b, &c, &self.rope, pos)?;
-            self.ctx.append(b, i, &k, &v)?;
+            layer.store_keys_values(b, &c, &self.rope, pos, &mut self.ctx, i)?;
         }
         self.ctx.advance(n);
         Ok(())

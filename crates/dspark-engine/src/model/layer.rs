@@ -380,6 +380,37 @@ impl<B: Backend> DecoderLayer<B> {
         cache: &mut KvCache<B>,
         layer: usize,
     ) -> BResult<(B::Tensor, B::Tensor, B::Tensor)> {
+        let (q, ka, va) = self.inputs(b, xn, rope, start, cache, layer, true)?;
+        let q = q.unwrap_or_else(|| unreachable!("queries were asked for"));
+        Ok((q, ka, va))
+    }
+
+    /// The keys and values of `xn` at positions `start..` written into layer `layer` of `cache`
+    /// (a drafter's context: no queries needed), as [`Self::attention_inputs`] writes them.
+    pub fn store_keys_values(
+        &self,
+        b: &B,
+        xn: &B::Tensor,
+        rope: &B::Rope,
+        start: usize,
+        cache: &mut KvCache<B>,
+        layer: usize,
+    ) -> BResult<()> {
+        self.inputs(b, xn, rope, start, cache, layer, false)
+            .map(|_| ())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn inputs(
+        &self,
+        b: &B,
+        xn: &B::Tensor,
+        rope: &B::Rope,
+        start: usize,
+        cache: &mut KvCache<B>,
+        layer: usize,
+        queries: bool,
+    ) -> BResult<(Option<B::Tensor>, B::Tensor, B::Tensor)> {
         // heads [bs, L, n, d], biases added; views of the fused projection where unbiased
         let [qs, ks, vs] = self.project_heads(b, xn, [0, 1, self.v_index()])?;
         let (kvh, d) = (self.shape.kv_heads, self.shape.head_dim);
@@ -408,7 +439,9 @@ impl<B: Backend> DecoderLayer<B> {
                     return Ok((kb.clone(), vb.clone()));
                 }
             }
-            q = Some(b.norm_rope(qs.clone(), qn, rope, start)?);
+            if queries {
+                q = Some(b.norm_rope(qs.clone(), qn, rope, start)?);
+            }
             let k = b.norm_rope(ks.clone(), kn, rope, start)?;
             let v = match &self.v_norm {
                 Some(nw) => b.rms_norm(&vs, nw, eps)?,
@@ -420,7 +453,6 @@ impl<B: Backend> DecoderLayer<B> {
                 b.slice_update(vb, &v, 2, at)?,
             ))
         })?;
-        let q = q.unwrap_or_else(|| unreachable!("append_with calls the write once"));
         Ok((q, ka, va))
     }
 
@@ -431,24 +463,6 @@ impl<B: Backend> DecoderLayer<B> {
         } else {
             2
         }
-    }
-
-    /// Keys (normed and roped at `start..`) and values of `xn [1, L, H]`.
-    pub fn keys_values(
-        &self,
-        b: &B,
-        xn: &B::Tensor,
-        rope: &B::Rope,
-        start: usize,
-    ) -> BResult<(B::Tensor, B::Tensor)> {
-        let [k, v] = self.project_heads(b, xn, [1, self.v_index()])?;
-        let eps = self.shape.eps;
-        let k = b.norm_rope(k, self.k_norm.as_ref().map(|w| (w, eps)), rope, start)?;
-        let v = match &self.v_norm {
-            Some(nw) => b.rms_norm(&v, nw, eps)?,
-            None => v,
-        };
-        Ok((k, b.transpose(&v, 1, 2)?))
     }
 
     /// Attention over given keys/values, projected back: `[1, L, H]`.
