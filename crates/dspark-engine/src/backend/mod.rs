@@ -93,7 +93,8 @@ impl RopeSpec {
 /// `[1, L, heads, d]` (views of a fused projection are fine), with the per-head RMSNorm
 /// (weight, eps) of the queries and of the keys where the model has one.
 pub struct QkvHeads<'a, T> {
-    pub q: &'a T,
+    /// `None`: only the keys and values are wanted (the op's result is then not used).
+    pub q: Option<&'a T>,
     pub k: &'a T,
     pub v: &'a T,
     pub q_norm: Option<(&'a T, f32)>,

@@ -149,6 +149,13 @@ impl<B: Backend> Proj<B> {
     }
 }
 
+/// A layer's attention inputs: the queries where asked for, the keys and the values.
+type Inputs<B> = (
+    Option<<B as Backend>::Tensor>,
+    <B as Backend>::Tensor,
+    <B as Backend>::Tensor,
+);
+
 /// The MLP's input projections: gate and up (fused or apart), or, where the backend has a
 /// GEMM that computes the SwiGLU activation itself ([`Backend::swiglu_linear`]), one weight
 /// with their rows interleaved.
@@ -410,9 +417,16 @@ impl<B: Backend> DecoderLayer<B> {
         cache: &mut KvCache<B>,
         layer: usize,
         queries: bool,
-    ) -> BResult<(Option<B::Tensor>, B::Tensor, B::Tensor)> {
-        // heads [bs, L, n, d], biases added; views of the fused projection where unbiased
-        let [qs, ks, vs] = self.project_heads(b, xn, [0, 1, self.v_index()])?;
+    ) -> BResult<Inputs<B>> {
+        // heads [bs, L, n, d], biases added; views of the fused projection where unbiased (a
+        // split projection computes no queries when none are wanted)
+        let (qs, ks, vs) = if queries {
+            let [q, k, v] = self.project_heads(b, xn, [0, 1, self.v_index()])?;
+            (Some(q), k, v)
+        } else {
+            let [k, v] = self.project_heads(b, xn, [1, self.v_index()])?;
+            (None, k, v)
+        };
         let (kvh, d) = (self.shape.kv_heads, self.shape.head_dim);
         let l = b.dims(&ks)[1];
         let eps = self.shape.eps;
@@ -428,18 +442,19 @@ impl<B: Backend> DecoderLayer<B> {
                 .all(|t| t.is_none());
             if plain {
                 let heads = QkvHeads {
-                    q: &qs,
+                    q: qs.as_ref(),
                     k: &ks,
                     v: &vs,
                     q_norm: qn,
                     k_norm: kn,
                 };
                 if let Some(out) = b.qkv_rope_store(heads, rope, start, [kb, vb], at) {
-                    q = Some(out?);
+                    let out = out?;
+                    q = qs.as_ref().map(|_| out);
                     return Ok((kb.clone(), vb.clone()));
                 }
             }
-            if queries {
+            if let Some(qs) = &qs {
                 q = Some(b.norm_rope(qs.clone(), qn, rope, start)?);
             }
             let k = b.norm_rope(ks.clone(), kn, rope, start)?;

@@ -88,14 +88,17 @@ impl CandleBackend {
             k_cache,
             v_cache,
             at,
+            queries: heads.q.is_some(),
         };
+        // without queries the keys stand in for them (the kernel reads nothing of it)
+        let q = heads.q.unwrap_or(heads.k);
         if !self.cuda_kernels()
             || !cuda_ops::qkv_rope_store_enabled()
-            || !op.fits(heads.q, heads.k, heads.v)
+            || !op.fits(q, heads.k, heads.v)
         {
             return None;
         }
         let _p = profile::span("qkv_rope_store");
-        Some(heads.q.apply_op3_no_bwd(heads.k, heads.v, &op).map_err(err))
+        Some(q.apply_op3_no_bwd(heads.k, heads.v, &op).map_err(err))
     }
 }

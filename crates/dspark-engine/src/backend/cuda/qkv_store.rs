@@ -55,6 +55,10 @@ pub struct QkvRopeStore<'a> {
     pub k_cache: &'a Tensor,
     pub v_cache: &'a Tensor,
     pub at: usize,
+    /// Whether to write the queries: without, the first input is only a stand-in (the keys),
+    /// nothing of it is read, and the result is `[1, 0, L, d]` (a drafter's context keys and
+    /// values).
+    pub queries: bool,
 }
 
 /// Whether `t` is `[1, L, heads, d]` with rows of `d` at a unit stride, heads `d` apart.
@@ -136,7 +140,8 @@ impl CustomOp3 for QkvRopeStore<'_> {
         vl: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
         let (qd, kd) = (ql.dims(), kl.dims());
-        let (l, hq, hkv, d) = (qd[1], qd[2], kd[2], qd[3]);
+        let (l, hkv, d) = (qd[1], kd[2], qd[3]);
+        let hq = if self.queries { qd[2] } else { 0 };
         let (kc, vc) = (self.k_cache.dims(), self.v_cache.dims());
         if kc != vc
             || kc.len() != 4
@@ -209,7 +214,7 @@ impl CustomOp3 for QkvRopeStore<'_> {
                     tabs.push(view::<$t>(s, lay)?);
                 }
                 // SAFETY: every element is written by the kernel below before anything reads it.
-                let out = unsafe { dev.alloc::<$t>(hq * l * d)? };
+                let out = unsafe { dev.alloc::<$t>((hq * l * d).max(1))? };
                 let mut b = Launch::new(&f, &stream);
                 b.buf(&q);
                 b.buf(&k);
