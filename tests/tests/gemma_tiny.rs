@@ -115,6 +115,19 @@ fn matches_gemma3<B: Backend>(b: B) {
     check_variant(&b, "gemma3");
 }
 
+/// Gemma-4-12B's own class, `gemma4_unified` (transformers 5.24), as `save_pretrained` writes
+/// it: the text config under `text_config` (`gemma4_unified_text`, full layers' head size and kv
+/// heads in `per_layer_config`, `use_bidirectional_attention: "vision"`, which leaves text
+/// causal), weights under `model.language_model.` beside tiny vision and audio embedders.
+#[test]
+fn tiny_gemma4_unified_matches_transformers() {
+    on_backend!(matches_unified)
+}
+
+fn matches_unified<B: Backend>(b: B) {
+    check_variant(&b, "gemma4_unified");
+}
+
 /// The tiny Gemma 4 rewritten as a multimodal checkpoint (HF `Gemma4ForConditionalGeneration`
 /// layout: config under `text_config`, weights under `model.language_model.`) loads the same
 /// model: identical logits.

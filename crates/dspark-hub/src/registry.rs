@@ -182,9 +182,9 @@ macro_rules! variants {
 
 /// Why Gemma 4 entries cannot be loaded yet.
 const GEMMA_UNAVAILABLE: &str =
-    "Gemma 4 12B is not enabled yet: the engine's gemma4 model is checked only on tiny random \
-     checkpoints, and no 12B checkpoint (its tensor names, its chat template) has been loaded \
-     to verify it; its RAM estimate uses the published config";
+    "Gemma 4 12B is not enabled yet: the engine's gemma4 model (its `gemma4_unified` class \
+     included) is checked only on tiny random checkpoints, and no 12B checkpoint has been \
+     loaded to verify it; its RAM estimate uses the published config";
 
 /// The name under which the demo model is requested.
 pub const DEMO: &str = "demo";

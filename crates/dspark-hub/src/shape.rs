@@ -102,6 +102,18 @@ impl Shape {
         let layers = u("num_hidden_layers")?;
         let kv_heads = u("num_key_value_heads").unwrap_or(heads);
         let head_dim = u("head_dim").unwrap_or(hidden / heads.max(1));
+        // what transformers >= 5.24 saves for the full-attention layers instead of the
+        // top-level `global_head_dim` / `num_global_key_value_heads` (one entry per full layer)
+        let per_layer = c
+            .get("per_layer_config")
+            .and_then(serde_json::Value::as_object)
+            .and_then(|m| m.values().next());
+        let full = |k: &str, top: &str| {
+            per_layer
+                .and_then(|o| o.get(k))
+                .or_else(|| c.get(top))
+                .and_then(serde_json::Value::as_u64)
+        };
         let hybrid = c
             .get("layer_types")
             .and_then(|t| t.as_array())
@@ -114,8 +126,9 @@ impl Shape {
                 (global < layers && t.len() as u64 == layers).then(|| Hybrid {
                     global_layers: global,
                     window,
-                    global_head_dim: u("global_head_dim").unwrap_or(head_dim),
-                    global_kv_heads: u("num_global_key_value_heads").unwrap_or(kv_heads),
+                    global_head_dim: full("head_dim", "global_head_dim").unwrap_or(head_dim),
+                    global_kv_heads: full("num_key_value_heads", "num_global_key_value_heads")
+                        .unwrap_or(kv_heads),
                     k_eq_v: c
                         .get("attention_k_eq_v")
                         .and_then(serde_json::Value::as_bool)
@@ -179,6 +192,33 @@ mod tests {
         // the same numbers without the sliding window would be 4x more for the sliding layers
         let flat = Shape { hybrid: None, ..s };
         assert!(flat.kv_bytes(8192) > 4 * kv);
+    }
+
+    /// Gemma-4-12B's own class as transformers 5.24 saves it (`gemma4_unified`): the full
+    /// layers' head size and kv heads in `per_layer_config` instead of the top-level keys.
+    #[test]
+    fn per_layer_config_gives_the_same_shape() {
+        let mut c = gemma4_12b_like();
+        c["model_type"] = serde_json::json!("gemma4_unified");
+        let t = c["text_config"].as_object_mut().unwrap();
+        t.remove("global_head_dim");
+        t.remove("num_global_key_value_heads");
+        t.insert(
+            "model_type".into(),
+            serde_json::json!("gemma4_unified_text"),
+        );
+        let full: serde_json::Map<String, serde_json::Value> = (0..48)
+            .filter(|i| i % 6 == 5)
+            .map(|i| {
+                let o = serde_json::json!({"head_dim": 512, "num_key_value_heads": 1});
+                (i.to_string(), o)
+            })
+            .collect();
+        t.insert("per_layer_config".into(), full.into());
+        assert_eq!(
+            Shape::from_config_json(&c),
+            Shape::from_config_json(&gemma4_12b_like())
+        );
     }
 
     #[test]

@@ -131,7 +131,8 @@ impl TransformerConfig {
             "qwen2" => Arch::Qwen2,
             "llama" | "mistral" => Arch::Llama,
             "gemma3_text" | "gemma3" => Arch::Gemma3,
-            "gemma4_text" | "gemma4" => Arch::Gemma4,
+            // gemma4_unified: Gemma-4-12B's multimodal class, the same text model
+            "gemma4_text" | "gemma4" | "gemma4_unified_text" | "gemma4_unified" => Arch::Gemma4,
             _ => {
                 return Err(LoadError::UnknownArch {
                     path: path.to_path_buf(),

@@ -1,9 +1,10 @@
 //! What Gemma 4's text model adds to Gemma 3 ([`super::gemma::GemmaSpec`]): full-attention
 //! layers with their own head size and kv-head count, keys reused as values (`attention_k_eq_v`),
 //! proportional (partial) RoPE on those layers, an unscaled RMS norm on values, attention scale
-//! 1.0 and a per-layer output scalar. Parsed from HF `config.json` (`gemma4_text`). Per-layer
-//! inputs, mixture-of-experts blocks, kv-shared layers and bidirectional attention are refused
-//! by name.
+//! 1.0 and a per-layer output scalar. Parsed from HF `config.json` (`gemma4_text`, and
+//! `gemma4_unified_text` of Gemma-4-12B's class). Per-layer inputs, mixture-of-experts blocks,
+//! kv-shared layers and bidirectional attention over text are refused by name
+//! (`use_bidirectional_attention: "vision"` concerns image tokens only, so text stays causal).
 
 use std::path::Path;
 
@@ -56,12 +57,12 @@ impl Gemma4Spec {
                 "mixture-of-experts blocks are not supported",
             ));
         }
-        if v.get("use_bidirectional_attention")
-            .is_some_and(|x| !x.is_null())
-        {
+        // "vision": image tokens attend both ways, text stays causal (this engine takes text only)
+        let bidirectional = v.get("use_bidirectional_attention");
+        if bidirectional.is_some_and(|x| !x.is_null() && x.as_str() != Some("vision")) {
             return Err(invalid(
                 "use_bidirectional_attention",
-                "bidirectional attention is not supported",
+                "bidirectional attention over text is not supported",
             ));
         }
         let full = v
@@ -162,10 +163,19 @@ mod tests {
             ("hidden_size_per_layer_input", json!(256)),
             ("num_kv_shared_layers", json!(2)),
             ("enable_moe_block", json!(true)),
+            ("use_bidirectional_attention", json!("all")),
         ] {
             let e =
                 Gemma4Spec::from_json(&json!({ k: val }), Path::new("c.json"), 16, 2).unwrap_err();
             assert!(e.to_string().contains(k), "{e}");
+        }
+    }
+
+    #[test]
+    fn vision_only_bidirectional_attention_leaves_text_causal() {
+        for val in [json!("vision"), json!(null)] {
+            let v = json!({ "use_bidirectional_attention": val });
+            assert!(Gemma4Spec::from_json(&v, Path::new("c.json"), 16, 2).is_ok());
         }
     }
 
