@@ -39,6 +39,17 @@ pub struct GemmaLayer {
     pub v4: bool,
 }
 
+/// The named `[out, in]` weights of `parts`, as stored.
+fn read_parts(
+    src: &dyn WeightSource,
+    parts: &[(String, [usize; 2])],
+) -> Result<Vec<HostTensor>, LoadError> {
+    parts
+        .iter()
+        .map(|(name, shape)| src.get_shaped(name, shape))
+        .collect()
+}
+
 /// Several projections of one input: one fused `[sum out_i, in]` weight, or apart when their
 /// storage differs (or the caller needs them one at a time).
 enum Proj<B: Backend> {
@@ -53,11 +64,7 @@ impl<B: Backend> Proj<B> {
         parts: &[(String, [usize; 2])],
         fuse: bool,
     ) -> Result<Self, LoadError> {
-        let hosts = parts
-            .iter()
-            .map(|(name, shape)| src.get_shaped(name, shape))
-            .collect::<Result<Vec<_>, _>>()?;
-        Self::from_hosts(b, src, parts, hosts, fuse)
+        Self::from_hosts(b, src, parts, read_parts(src, parts)?, fuse)
     }
 
     fn from_hosts(
@@ -172,10 +179,7 @@ impl<B: Backend> GateUp<B> {
         parts: &[(String, [usize; 2])],
         swiglu: bool,
     ) -> Result<Self, LoadError> {
-        let hosts = parts
-            .iter()
-            .map(|(name, shape)| src.get_shaped(name, shape))
-            .collect::<Result<Vec<_>, _>>()?;
+        let hosts = read_parts(src, parts)?;
         if swiglu {
             if let Some(w) = b.swiglu_linear(&hosts[0], &hosts[1]) {
                 return w

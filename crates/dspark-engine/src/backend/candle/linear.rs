@@ -249,14 +249,7 @@ impl CandleBackend {
             && wt.dtype() == CDType::BF16
         {
             let _p = profile::span("matmul.swiglu");
-            let x = if x.stride().last() == Some(&1) {
-                x.clone()
-            } else {
-                x.contiguous().map_err(err)?
-            };
-            return x
-                .apply_op2_no_bwd(wt, &crate::backend::cuda::RowsGemm { glu: true })
-                .map_err(err);
+            return rows_gemm(x, wt, true);
         }
         let _ = (rows, wt);
         let y = self.linear_matmul(x, w)?;
@@ -328,14 +321,7 @@ impl CandleBackend {
                     && x.dtype() == w.dtype()
                     && matches!(w.dtype(), CDType::F32 | CDType::BF16)
                 {
-                    let x = if x.stride().last() == Some(&1) {
-                        x.clone()
-                    } else {
-                        x.contiguous().map_err(err)?
-                    };
-                    return x
-                        .apply_op2_no_bwd(w, &crate::backend::cuda::RowsGemm { glu: false })
-                        .map_err(err);
+                    return rows_gemm(x, w, false);
                 }
                 if cpu_kernel && gemv::takes_rows(rows) {
                     return x
@@ -368,6 +354,19 @@ fn on_f32(x: &Tensor, op: &impl candle_core::CustomOp1) -> BResult<Tensor> {
         .and_then(|x| x.contiguous())
         .and_then(|x| x.apply_op1_no_bwd(op))
         .and_then(|y| y.to_dtype(x.dtype()))
+        .map_err(err)
+}
+
+/// Our few-row CUDA GEMM (`RowsGemm`, with the SwiGLU epilogue when `glu`), `x` rows at a unit
+/// inner stride (copied contiguous otherwise).
+#[cfg(feature = "cuda")]
+fn rows_gemm(x: &Tensor, w: &Tensor, glu: bool) -> BResult<Tensor> {
+    let x = if x.stride().last() == Some(&1) {
+        x.clone()
+    } else {
+        x.contiguous().map_err(err)?
+    };
+    x.apply_op2_no_bwd(w, &crate::backend::cuda::RowsGemm { glu })
         .map_err(err)
 }
 
