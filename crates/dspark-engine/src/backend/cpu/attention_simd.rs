@@ -3,8 +3,8 @@
 //! [`super::softmax`], and the weighted sum of values accumulated in registers and written
 //! once, instead of a horizontal dot and a read-modify-write of the output per key.
 //!
-//! Head sizes that are multiples of 16 up to 256 take this path; others keep the portable
-//! row. Each row is computed alone with a fixed instruction sequence, so the batch-invariance
+//! Head sizes that are multiples of 16 up to 256 take this path (multiples of 32 on AVX2
+//! without AVX-512, [`avx2`]); others keep the portable row. Each row is computed alone with a fixed instruction sequence, so the batch-invariance
 //! of the caller holds: a verify row gives the bits of the same row in a decode step.
 
 /// One query row against `n` visible keys, as raw rows: key `j` starts at `k + j * ks`,
@@ -35,6 +35,11 @@ pub(super) unsafe fn row(r: &Row, scores: &mut Vec<f32>, o: &mut [f32]) -> bool 
             2 => avx512::row::<2, 2>(r, scores, o),
             _ => return false,
         }
+        return true;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::avx2_fma() && r.d.is_multiple_of(32) && r.d <= 256 && o.len() == r.d {
+        avx2::row(r, scores, o);
         return true;
     }
     let _ = (r, scores, o);
@@ -117,6 +122,66 @@ mod avx512 {
                 a = _mm512_add_ps(a, set[t]);
             }
             _mm512_storeu_ps(o.as_mut_ptr().add(16 * t), _mm512_mul_ps(a, inv));
+        }
+    }
+}
+
+/// The AVX2 + FMA form for CPUs without AVX-512: 8-lane registers, four keys scored per step
+/// with the query read from L1, and the value sum in passes of up to 64 columns held in
+/// registers.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::super::gemv::hsum8 as hsum;
+    use super::Row;
+    use std::arch::x86_64::*;
+
+    const KEYS: usize = 4;
+    /// Registers of the value sum per pass (64 columns).
+    const PASS: usize = 8;
+
+    /// # Safety
+    /// As [`super::row`], with AVX2/FMA present and `d` a multiple of 32 up to 256.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn row(r: &Row, scores: &mut Vec<f32>, o: &mut [f32]) {
+        let regs = r.d / 8;
+        scores.clear();
+        scores.reserve(r.n);
+        let sp = scores.as_mut_ptr();
+        let mut max = f32::NEG_INFINITY;
+        let mut j = 0;
+        while j < r.n {
+            let keys = (r.n - j).min(KEYS);
+            let mut acc = [_mm256_setzero_ps(); KEYS];
+            for t in 0..regs {
+                let qv = _mm256_loadu_ps(r.q.add(8 * t));
+                for (u, a) in acc.iter_mut().enumerate().take(keys) {
+                    let kv = _mm256_loadu_ps(r.k.add((j + u) * r.ks + 8 * t));
+                    *a = _mm256_fmadd_ps(qv, kv, *a);
+                }
+            }
+            for (u, a) in acc.iter().enumerate().take(keys) {
+                let s = hsum(*a) * r.scale;
+                *sp.add(j + u) = s;
+                max = max.max(s);
+            }
+            j += keys;
+        }
+        // SAFETY: the n scores were written above.
+        scores.set_len(r.n);
+        let inv = _mm256_set1_ps(1.0 / super::super::softmax::exp_shifted(scores, max));
+        for p0 in (0..regs).step_by(PASS) {
+            let np = (regs - p0).min(PASS);
+            let mut acc = [_mm256_setzero_ps(); PASS];
+            for (jj, w) in scores.iter().enumerate() {
+                let w = _mm256_set1_ps(*w);
+                let vp = r.v.add(jj * r.vs + 8 * p0);
+                for (t, a) in acc.iter_mut().enumerate().take(np) {
+                    *a = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp.add(8 * t)), *a);
+                }
+            }
+            for (t, a) in acc.iter().enumerate().take(np) {
+                _mm256_storeu_ps(o.as_mut_ptr().add(8 * (p0 + t)), _mm256_mul_ps(*a, inv));
+            }
         }
     }
 }

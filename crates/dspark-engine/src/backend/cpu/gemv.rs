@@ -31,6 +31,10 @@ pub fn gemv_f32(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, y: &mut [f32
         return avx512::gemv(x, m, k, w, n, y);
     }
     #[cfg(target_arch = "x86_64")]
+    if m >= avx2::TILE_ROWS && x86::available() {
+        return avx2::gemv(x, m, k, w, n, y);
+    }
+    #[cfg(target_arch = "x86_64")]
     if x86::available() {
         // SAFETY: AVX2 and FMA were detected at run time.
         return drive(x, m, k, w, n, y, |a, b| unsafe { x86::dot_f32(a, b) });
@@ -43,6 +47,10 @@ pub fn gemv_bf16(x: &[f32], m: usize, k: usize, w: &[half::bf16], n: usize, y: &
     #[cfg(target_arch = "x86_64")]
     if m >= avx512::TILE_ROWS && avx512::available() {
         return avx512::gemv(x, m, k, w, n, y);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if m >= avx2::TILE_ROWS && x86::available() {
+        return avx2::gemv(x, m, k, w, n, y);
     }
     #[cfg(target_arch = "x86_64")]
     if x86::available() {
@@ -132,21 +140,49 @@ mod portable {
 }
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::hsum as hsum8;
+
+#[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
     pub fn available() -> bool {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+        crate::backend::cpu::avx2_fma()
     }
 
+    /// Horizontal sum of 8 lanes in a fixed order (every AVX2 kernel's reduction).
+    #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn hsum(v: __m256) -> f32 {
+    pub(crate) unsafe fn hsum(v: __m256) -> f32 {
         let lo = _mm256_castps256_ps128(v);
         let hi = _mm256_extractf128_ps(v, 1);
         let s = _mm_add_ps(lo, hi);
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0b01));
         _mm_cvtss_f32(s)
+    }
+
+    /// The end of [`dot_f32`] / [`dot_bf16`] from its four accumulators: their sum in the
+    /// dot's order, then the scalar tail `from..k` of row `xr` against column `wc`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn finish<T: super::avx512::Load>(
+        a: &[__m256; 4],
+        xr: *const f32,
+        wc: *const T,
+        from: usize,
+        k: usize,
+    ) -> f32 {
+        let mut s = hsum(_mm256_add_ps(
+            _mm256_add_ps(a[0], a[1]),
+            _mm256_add_ps(a[2], a[3]),
+        ));
+        for t in from..k {
+            s = (*xr.add(t)).mul_add((*wc.add(t)).one(), s);
+        }
+        s
     }
 
     /// Four 8-lane accumulators over 32-wide steps, then 8-wide steps, then scalar FMAs.
@@ -312,15 +348,15 @@ mod avx512 {
     /// Cache lines `first..end` after `base` for one tile to prefetch, `per_step` per 32-wide
     /// step of its loop.
     #[derive(Clone, Copy)]
-    struct Prefetch {
-        base: *const i8,
-        first: usize,
-        end: usize,
-        per_step: usize,
+    pub(super) struct Prefetch {
+        pub(super) base: *const i8,
+        pub(super) first: usize,
+        pub(super) end: usize,
+        pub(super) per_step: usize,
     }
 
     impl Prefetch {
-        const NONE: Prefetch = Prefetch {
+        pub(super) const NONE: Prefetch = Prefetch {
             base: std::ptr::null(),
             first: 0,
             end: 0,
@@ -458,14 +494,7 @@ mod avx512 {
         }
         for (r, ar) in a.iter().enumerate() {
             for (c, acc) in ar.iter().enumerate() {
-                let mut s = super::x86::hsum(_mm256_add_ps(
-                    _mm256_add_ps(acc[0], acc[1]),
-                    _mm256_add_ps(acc[2], acc[3]),
-                ));
-                for t in i..k {
-                    s = (*xp.add(r * k + t)).mul_add((*wp.add(c * k + t)).one(), s);
-                }
-                out[r][c] = s;
+                out[r][c] = super::x86::finish(acc, xp.add(r * k), wp.add(c * k), i, k);
             }
         }
     }
@@ -540,6 +569,12 @@ mod tests {
                     y[r * n..(r + 1) * n],
                     "row {r} of {m} differs from alone"
                 );
+                gemv_bf16(&x[r * k..(r + 1) * k], 1, k, &wb, n, &mut one);
+                assert_eq!(
+                    one[..],
+                    yb[r * n..(r + 1) * n],
+                    "bf16: row {r} of {m} differs from alone"
+                );
             }
         }
     }
@@ -554,7 +589,7 @@ mod timing {
     #[test]
     #[ignore]
     fn gemv_timing() {
-        for (n, k) in [(1536, 576), (49152, 576)] {
+        for (n, k) in [(96, 576), (1536, 576), (49152, 576)] {
             timing_at(n, k);
         }
     }
@@ -565,7 +600,7 @@ mod timing {
             let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
             let mut y = vec![0f32; m * n];
             let t = cpu_ns();
-            let iters = if n > 10000 { 10 } else { 300 };
+            let iters = if n > 10000 { 10 } else { 300 * (1 + 3000 / n) };
             for _ in 0..iters {
                 super::gemv_f32(&x, m, k, &w, n, &mut y);
             }

@@ -12,11 +12,19 @@ pub mod gemv;
 pub mod ops;
 pub mod pool;
 pub mod qgemv;
+#[cfg(target_arch = "x86_64")]
+mod qgemv_avx2;
 pub mod qpack;
 pub mod qrows;
 pub mod rope;
 pub mod softmax;
 pub mod swiglu;
+
+/// Whether this x86 CPU has AVX2 and FMA (the level of the `*_avx2` kernels).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn avx2_fma() -> bool {
+    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+}
 
 /// Below this many multiply-adds a call runs inline: a thread hand-off costs more.
 const PARALLEL_WORK: usize = 1 << 15;

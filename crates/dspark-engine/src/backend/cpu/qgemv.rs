@@ -8,6 +8,8 @@
 //! × 4 columns shares each load, but every output runs the same instruction sequence whatever
 //! the tile, so a row's result does not depend on how many rows share the call (batch
 //! invariance: a verify block gives the bits of one-row decode steps).
+//!
+//! Tiles: AVX-512 VNNI (here), AVX2 + FMA ([`super::qgemv_avx2`]), else plain Rust.
 
 use super::qpack::COL_TILE;
 pub use super::qpack::{QFormat, QPacked, QK};
@@ -56,6 +58,15 @@ fn tile_kernel(fmt: QFormat) -> TileKernel {
             (true, _) => avx512::tile::<true, false>,
             (false, false) => avx512::tile::<false, false>,
             (false, true) => avx512::tile::<false, true>,
+        };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::avx2_fma() {
+        use super::qgemv_avx2::tile;
+        return match fmt {
+            QFormat::Q8_0 => tile::<false, true, false>,
+            QFormat::Q6K => tile::<false, false, true>,
+            QFormat::Q4_0 | QFormat::Q4_1 | QFormat::Q4K => tile::<true, false, false>,
         };
     }
     let _ = fmt;
@@ -331,29 +342,87 @@ mod tests {
         }
     }
 
+    /// Every SIMD tile this CPU can run, for `fmt`.
+    fn simd_kernels(fmt: QFormat) -> Vec<(&'static str, TileKernel)> {
+        let mut v: Vec<(&'static str, TileKernel)> = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if avx512::available() {
+                v.push(("avx512", tile_kernel(fmt)));
+            }
+            if super::super::avx2_fma() {
+                use super::super::qgemv_avx2::tile;
+                v.push((
+                    "avx2",
+                    match fmt {
+                        QFormat::Q8_0 => tile::<false, true, false>,
+                        QFormat::Q6K => tile::<false, false, true>,
+                        _ => tile::<true, false, false>,
+                    },
+                ));
+            }
+        }
+        let _ = fmt;
+        v
+    }
+
+    /// Each SIMD tile agrees with the plain Rust one (f32 summation order aside) on every
+    /// format, including 8-bit codes at both extremes against activations of ±127 (where an
+    /// unguarded u8·i8 pair sum would saturate i16), and gives each row the same bits whatever
+    /// the number of rows in the tile.
     #[test]
-    fn portable_path_agrees_with_the_dispatched_one() {
+    fn simd_tiles_agree_with_the_portable_one() {
         let mut seed = 5;
-        for fmt in [QFormat::Q8_0, QFormat::Q4_1] {
-            let k = 256;
-            let (m, n) = (3, 9);
-            let w = QPacked::from_gguf(fmt, &random_gguf(fmt, n, k, &mut seed), n, k).unwrap();
-            let x: Vec<f32> = (0..m * k)
+        for fmt in [
+            QFormat::Q8_0,
+            QFormat::Q4_0,
+            QFormat::Q4_1,
+            QFormat::Q4K,
+            QFormat::Q6K,
+        ] {
+            let k = 2 * fmt.gguf_block().1.max(128);
+            let (m, n) = (4, 12);
+            let mut bytes = random_gguf(fmt, n, k, &mut seed);
+            if fmt == QFormat::Q8_0 {
+                // column 0 all -128, column 1 all +127
+                let row = k / 32 * 34;
+                for (c, v) in [(0usize, 0x80u8), (1, 0x7f)] {
+                    for blk in bytes[c * row..(c + 1) * row].chunks_exact_mut(34) {
+                        blk[2..].fill(v);
+                    }
+                }
+            }
+            let w = QPacked::from_gguf(fmt, &bytes, n, k).unwrap();
+            let mut x: Vec<f32> = (0..m * k)
                 .map(|_| (rng(&mut seed) % 200) as f32 / 100.0 - 1.0)
                 .collect();
-            let mut y = vec![0f32; m * n];
-            qgemv(&x, m, &w, &mut y);
+            // row 0: ±1 everywhere, so its codes are ±127
+            for (i, v) in x[..k].iter_mut().enumerate() {
+                *v = if i % 3 == 0 { -1.0 } else { 1.0 };
+            }
             let rows = quantize_rows(&x, m, &w);
-            let mut out = [[0f32; COL_TILE]; ROW_TILE];
-            for j in (0..n).step_by(COL_TILE) {
-                // SAFETY: plain Rust; j < n_pad, rows 0..m exist.
-                unsafe { portable::tile(&w, j, &rows, 0, m, &mut out) };
-                for r in 0..m {
-                    for c in 0..COL_TILE.min(n - j) {
-                        let (a, b) = (out[r][c], y[r * n + j + c]);
-                        assert!(
-                            (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
-                            "{fmt:?}: {a} vs {b}"
+            for (name, kernel) in simd_kernels(fmt) {
+                for j in (0..n).step_by(COL_TILE) {
+                    let (mut want, mut got) =
+                        ([[0f32; COL_TILE]; ROW_TILE], [[0f32; COL_TILE]; ROW_TILE]);
+                    // SAFETY: j < n_pad, rows 0..m exist; the SIMD kernel's features are present.
+                    unsafe { portable::tile(&w, j, &rows, 0, m, &mut want) };
+                    unsafe { kernel(&w, j, &rows, 0, m, &mut got) };
+                    for r in 0..m {
+                        for c in 0..COL_TILE.min(n - j) {
+                            let (a, b) = (want[r][c], got[r][c]);
+                            assert!(
+                                (a - b).abs() <= 1e-5 * (1.0 + a.abs()),
+                                "{name} {fmt:?} [{r},{}]: {b} vs portable {a}",
+                                j + c
+                            );
+                        }
+                        let mut one = [[0f32; COL_TILE]; ROW_TILE];
+                        // SAFETY: as above, one row.
+                        unsafe { kernel(&w, j, &rows, r, 1, &mut one) };
+                        assert_eq!(
+                            one[0], got[r],
+                            "{name} {fmt:?}: row {r} varies with the tile"
                         );
                     }
                 }
@@ -394,35 +463,40 @@ mod timing {
                 blk[2..4].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
             }
             let w = QPacked::from_gguf(fmt, &bytes, n, k).unwrap();
-            let tile = tile_kernel(fmt);
-            for m in [1usize, 4] {
-                let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
-                let rows = quantize_rows(&x, m, &w);
-                let mut out = [[0f32; COL_TILE]; ROW_TILE];
-                let iters = if n > 10000 { 20 } else { 300 };
-                let t = cpu_ns();
-                for _ in 0..iters {
-                    for j in (0..n).step_by(COL_TILE) {
-                        unsafe { tile(&w, j, &rows, 0, m, &mut out) };
+            let kernels: [(&str, TileKernel); 2] = [
+                ("dispatched", tile_kernel(fmt)),
+                ("portable", portable::tile),
+            ];
+            for (name, tile) in kernels {
+                for m in [1usize, 4] {
+                    let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
+                    let rows = quantize_rows(&x, m, &w);
+                    let mut out = [[0f32; COL_TILE]; ROW_TILE];
+                    let iters = if n > 10000 { 20 } else { 300 };
+                    let t = cpu_ns();
+                    for _ in 0..iters {
+                        for j in (0..n).step_by(COL_TILE) {
+                            unsafe { tile(&w, j, &rows, 0, m, &mut out) };
+                        }
                     }
+                    let ns = (cpu_ns() - t) as f64 / iters as f64;
+                    let mut y = vec![0f32; m * n];
+                    let t = cpu_ns();
+                    for _ in 0..iters {
+                        qgemv(&x, m, &w, &mut y);
+                    }
+                    let whole = (cpu_ns() - t) as f64 / iters as f64;
+                    println!(
+                        "  whole qgemv (DSPARK_FAN_OUT=never for one thread): {:.1} us",
+                        whole / 1e3
+                    );
+                    let blocks = (n * k / 32 * m) as f64;
+                    println!(
+                        "{name} {fmt:?} n={n} k={k} m={m}: {:.1} us/call, {:.2} ns/block/row",
+                        ns / 1e3,
+                        ns / blocks
+                    );
                 }
-                let ns = (cpu_ns() - t) as f64 / iters as f64;
-                let mut y = vec![0f32; m * n];
-                let t = cpu_ns();
-                for _ in 0..iters {
-                    qgemv(&x, m, &w, &mut y);
-                }
-                let whole = (cpu_ns() - t) as f64 / iters as f64;
-                println!(
-                    "  whole qgemv (DSPARK_FAN_OUT=never for one thread): {:.1} us",
-                    whole / 1e3
-                );
-                let blocks = (n * k / 32 * m) as f64;
-                println!(
-                    "{fmt:?} m={m}: {:.1} us/call, {:.2} ns/block/row",
-                    ns / 1e3,
-                    ns / blocks
-                );
             }
         }
     }

@@ -3,8 +3,9 @@
 //! order, with the per-group start values and scales the integer dot needs.
 //!
 //! A decode step quantizes one short row per matrix call, a few hundred times per token, so
-//! the buffers are reused per thread ([`with_quantized`]) and the AVX-512 path quantizes a
-//! block in a handful of instructions. Both paths give the same bytes for finite inputs.
+//! the buffers are reused per thread ([`with_quantized`]) and the AVX-512 and AVX2 paths
+//! quantize a block in a handful of instructions. All paths give the same bytes for finite
+//! inputs.
 
 use std::cell::RefCell;
 
@@ -79,23 +80,34 @@ fn quantize_into(x: &[f32], m: usize, w: &QPacked, q: &mut QRows) {
     assert_eq!(x.len(), m * k, "quantize_rows: x is not m*k");
     q.reset(m, w);
     let zp = w.fmt.zero_point();
-    #[cfg(target_arch = "x86_64")]
-    let fast = avx512::available();
-    #[cfg(not(target_arch = "x86_64"))]
-    let fast = false;
+    let block = block_kernel();
     for r in 0..m {
         for (b, blk) in x[r * k..(r + 1) * k].chunks_exact(QK).enumerate() {
             let at = Slot::new(q, r, b);
-            #[cfg(target_arch = "x86_64")]
-            if fast {
-                // SAFETY: the CPU has the features (checked above); `at` is in bounds of q.
-                unsafe { avx512::block(blk, zp, q, &at) };
-                continue;
-            }
-            let _ = fast;
-            block_portable(blk, zp, q, &at);
+            // SAFETY: the kernel was chosen for this CPU; `at` is in bounds of q.
+            unsafe { block(blk, zp, q, &at) };
         }
     }
+}
+
+/// Quantizes one block of 32 into its slot.
+type BlockKernel = unsafe fn(&[f32], i32, &mut QRows, &Slot);
+
+fn block_kernel() -> BlockKernel {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if avx512::available() {
+            return avx512::block;
+        }
+        if super::avx2_fma() {
+            return avx2::block;
+        }
+    }
+    block_portable_unsafe
+}
+
+unsafe fn block_portable_unsafe(blk: &[f32], zp: i32, q: &mut QRows, at: &Slot) {
+    block_portable(blk, zp, q, at)
 }
 
 /// Where block `b` of row `r` goes.
@@ -194,6 +206,72 @@ mod avx512 {
     }
 }
 
+/// The same bytes on AVX2: the portable arithmetic eight lanes at a time (`x · (1/d)` rounded
+/// half to even by the default MXCSR mode, saturating packs to i8).
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{QRows, Slot};
+
+    /// The low and high 128 bits of `v` to `lo` and `hi` (unaligned).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn halves<T>(lo: *mut T, hi: *mut T, v: __m256i) {
+        _mm_storeu_si128(lo as *mut __m128i, _mm256_castsi256_si128(v));
+        _mm_storeu_si128(hi as *mut __m128i, _mm256_extracti128_si256(v, 1));
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn block(blk: &[f32], zp: i32, q: &mut QRows, at: &Slot) {
+        debug_assert_eq!(blk.len(), 32);
+        let p = blk.as_ptr();
+        let v = [
+            _mm256_loadu_ps(p),
+            _mm256_loadu_ps(p.add(8)),
+            _mm256_loadu_ps(p.add(16)),
+            _mm256_loadu_ps(p.add(24)),
+        ];
+        let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+        let m = _mm256_max_ps(
+            _mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
+            _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)),
+        );
+        let h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        let amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+        let d = amax / 127.0;
+        let id = _mm256_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+        let i = v.map(|vk| _mm256_cvtps_epi32(_mm256_mul_ps(vk, id)));
+        // packs interleave 128-bit lanes; the permute restores code order
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        let bytes = _mm256_permutevar8x32_epi32(
+            _mm256_packs_epi16(
+                _mm256_packs_epi32(i[0], i[1]),
+                _mm256_packs_epi32(i[2], i[3]),
+            ),
+            order,
+        );
+        let codes = q.codes.as_mut_ptr();
+        halves(codes.add(at.code(0)), codes.add(at.code(16)), bytes);
+        // sums of each four consecutive codes (groups 0..8), in order after the permute
+        let g = _mm256_permutevar8x32_epi32(
+            _mm256_hadd_epi32(_mm256_hadd_epi32(i[0], i[1]), _mm256_hadd_epi32(i[2], i[3])),
+            order,
+        );
+        let s4 = _mm_add_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256(g, 1));
+        let s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0b01_00_11_10));
+        let sum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0b10_11_00_01)));
+        q.dsum[at.dsum] = d * sum as f32;
+        let st = _mm256_mullo_epi32(g, _mm256_set1_epi32(-zp));
+        let start = q.start.as_mut_ptr();
+        halves(start.add(at.lane(0)), start.add(at.lane(4)), st);
+        let dv = _mm_set1_ps(d);
+        _mm_storeu_ps(q.scale.as_mut_ptr().add(at.lane(0)), dv);
+        _mm_storeu_ps(q.scale.as_mut_ptr().add(at.lane(4)), dv);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::qpack::QFormat;
@@ -213,6 +291,7 @@ mod tests {
             (QFormat::Q4_1, 576, 1),
             (QFormat::Q4_0, 64, 2),
             (QFormat::Q4K, 512, 2),
+            (QFormat::Q6K, 256, 3),
         ] {
             let (bb, be) = fmt.gguf_block();
             let w = QPacked::from_gguf(fmt, &vec![0u8; 4 * k / be * bb], 4, k).unwrap();
@@ -220,15 +299,36 @@ mod tests {
             x[5] = 0.0;
             x[..32].iter_mut().for_each(|v| *v = 0.0); // an all-zero block: d = 0
             x[40] = 127.5 / 127.0 * x[41].abs().max(1e-3); // a near-tie in the rounding
-            let simd = quantize_rows(&x, m, &w);
             let mut portable = QRows::empty();
             portable.reset(m, &w);
+            let mut kernels: Vec<(&str, BlockKernel)> = vec![("dispatched", block_kernel())];
+            #[cfg(target_arch = "x86_64")]
+            if super::super::avx2_fma() {
+                kernels.push(("avx2", avx2::block));
+            }
             for row in 0..m {
                 for (b, blk) in x[row * k..(row + 1) * k].chunks_exact(QK).enumerate() {
                     let at = Slot::new(&portable, row, b);
                     block_portable(blk, fmt.zero_point(), &mut portable, &at);
                 }
             }
+            for (name, kernel) in kernels {
+                let mut simd = QRows::empty();
+                simd.reset(m, &w);
+                for row in 0..m {
+                    for (b, blk) in x[row * k..(row + 1) * k].chunks_exact(QK).enumerate() {
+                        let at = Slot::new(&simd, row, b);
+                        // SAFETY: the kernel's features are present; `at` is in bounds.
+                        unsafe { kernel(blk, fmt.zero_point(), &mut simd, &at) };
+                    }
+                }
+                assert_eq!(simd.codes, portable.codes, "{name} {fmt:?}");
+                assert_eq!(simd.start, portable.start, "{name} {fmt:?}");
+                assert_eq!(simd.scale, portable.scale, "{name} {fmt:?}");
+                assert_eq!(simd.dsum, portable.dsum, "{name} {fmt:?}");
+            }
+            // and through the public entry point
+            let simd = quantize_rows(&x, m, &w);
             assert_eq!(simd.codes, portable.codes, "{fmt:?}");
             assert_eq!(simd.start, portable.start, "{fmt:?}");
             assert_eq!(simd.scale, portable.scale, "{fmt:?}");

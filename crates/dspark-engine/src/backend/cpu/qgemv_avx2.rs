@@ -1,0 +1,216 @@
+//! AVX2 + FMA tiles for [`super::qgemv`], for x86 CPUs without AVX-512 VNNI (AMD Zen 1-3, most
+//! Intel client cores).
+//!
+//! The u8·i8 dot of a pair of blocks is `maddubs` (products in pairs into i16) and then `madd`
+//! by ones (so each i32 lane sums four consecutive products, the grouping of the VNNI path).
+//! No i16 saturates:
+//! - nibble and 6-bit codes (≤ 63) times |x| ≤ 127 stay below 2 · 63 · 128;
+//! - 8-bit codes run signed, `q = code − 128`, with the sign moved onto the activation:
+//!   `|q|` (≤ 128 as u8) times `sign(q) · x`, at most 2 · 128 · 127 = 32,512.
+//!
+//! So every integer dot is exact. With one scale per 32 elements, lanes `l` and `l + 8` of a pair
+//! belong to the same block and are added as integers before the single conversion and
+//! multiply-add; Q6_K (a scale per 16) converts both halves. Every output of a call runs the
+//! same instruction sequence whatever the tile, so rows stay batch-invariant.
+
+use std::arch::x86_64::*;
+
+use super::gemv::hsum8 as hsum;
+use super::qgemv::{QPacked, QRows};
+use super::qpack::{COL_TILE, QK};
+
+/// Rows handled per tile by the caller ([`super::qgemv`]'s `ROW_TILE`).
+const ROW_TILE: usize = 4;
+
+/// Columns `j..j+4` of `w` against rows `r0..r0+nr` of `x`. `NIB`: 4-bit codes; `S8`: 8-bit
+/// codes with zero point 128 (Q8_0); `PER16`: a scale per 16 elements (Q6_K).
+///
+/// # Safety
+/// The CPU has AVX2 and FMA ([`super::avx2_fma`]); `j` is a multiple of [`COL_TILE`] below `w.n_pad`
+/// and rows `r0..r0 + nr` (nr ≤ 4) exist in `x`.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn tile<const NIB: bool, const S8: bool, const PER16: bool>(
+    w: &QPacked,
+    j: usize,
+    x: &QRows,
+    r0: usize,
+    nr: usize,
+    out: &mut [[f32; COL_TILE]; ROW_TILE],
+) {
+    if nr == 1 {
+        // one row streams one column at a time (one sequential stream prefetches best)
+        for (c, o) in out[0].iter_mut().enumerate() {
+            let mut one = [[0f32; 2]; 2];
+            rows::<1, 1, NIB, S8, PER16>(w, j + c, x, r0, &mut one);
+            *o = one[0][0];
+        }
+        return;
+    }
+    // tiles of 2 rows x 2 columns keep the accumulators and codes in the 16 registers
+    let mut r = 0;
+    while r < nr {
+        let two = nr - r >= 2;
+        for c in (0..COL_TILE).step_by(2) {
+            let mut part = [[0f32; 2]; 2];
+            if two {
+                rows::<2, 2, NIB, S8, PER16>(w, j + c, x, r0 + r, &mut part);
+            } else {
+                rows::<1, 2, NIB, S8, PER16>(w, j + c, x, r0 + r, &mut part);
+            }
+            for (i, pr) in part.iter().enumerate().take(if two { 2 } else { 1 }) {
+                out[r + i][c..c + 2].copy_from_slice(pr);
+            }
+        }
+        r += if two { 2 } else { 1 };
+    }
+}
+
+/// The 64 codes of one pair as two registers of u8 (codes 0‥31, 32‥63); for `S8` as i8 `q`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn codes<const NIB: bool, const S8: bool>(p: *const u8) -> (__m256i, __m256i) {
+    if NIB {
+        let v = _mm256_loadu_si256(p as *const __m256i);
+        let m = _mm256_set1_epi8(15);
+        (
+            _mm256_and_si256(v, m),
+            _mm256_and_si256(_mm256_srli_epi16(v, 4), m),
+        )
+    } else {
+        let (lo, hi) = (
+            _mm256_loadu_si256(p as *const __m256i),
+            _mm256_loadu_si256(p.add(32) as *const __m256i),
+        );
+        if S8 {
+            let flip = _mm256_set1_epi8(-128);
+            (_mm256_xor_si256(lo, flip), _mm256_xor_si256(hi, flip))
+        } else {
+            (lo, hi)
+        }
+    }
+}
+
+/// Lane scales of a pair: lanes 0-3 block A, 4-7 block B, for codes 0‥31 (`.0`) and 32‥63
+/// (`.1`, the same unless `PER16`).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn scales<const PER16: bool>(p: *const f32) -> (__m256, __m256) {
+    if PER16 {
+        let v = _mm256_castps128_ps256(_mm_loadu_ps(p));
+        (
+            _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)),
+            _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3)),
+        )
+    } else {
+        let two = _mm256_castps128_ps256(_mm_castsi128_ps(_mm_loadl_epi64(p as *const __m128i)));
+        let s = _mm256_permutevar8x32_ps(two, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+        (s, s)
+    }
+}
+
+/// Sums of four consecutive u8·i8 products per i32 lane (exact, see the module header).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot4(u: __m256i, s: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+}
+
+/// `Σ_b min_b · dsum_b` of column `j` and row `r` (0 for formats without a min).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn min_term(w: &QPacked, j: usize, x: &QRows, r: usize) -> f32 {
+    if !w.fmt.has_min() {
+        return 0.0;
+    }
+    let (mp, dp) = (w.mins.as_ptr().add(j * w.nm), x.dsum.as_ptr().add(r * x.nm));
+    let mut acc = _mm256_setzero_ps();
+    for b in (0..w.nm).step_by(8) {
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(mp.add(b)), _mm256_loadu_ps(dp.add(b)), acc);
+    }
+    hsum(acc)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rows<
+    const R: usize,
+    const C: usize,
+    const NIB: bool,
+    const S8: bool,
+    const PER16: bool,
+>(
+    w: &QPacked,
+    j: usize,
+    x: &QRows,
+    r0: usize,
+    out: &mut [[f32; 2]; 2],
+) {
+    let (cpp, spp) = (w.codes_per_pair(), w.fmt.scales_per_pair());
+    let mut acc = [[_mm256_setzero_ps(); C]; R];
+    let wc = w.codes.as_ptr().add(j * w.np * cpp);
+    let ws = w.scales.as_ptr().add(j * w.np * spp);
+    for p in 0..w.np {
+        let mut wv = [(_mm256_setzero_si256(), _mm256_setzero_si256()); C];
+        let mut sv = [(_mm256_setzero_ps(), _mm256_setzero_ps()); C];
+        for c in 0..C {
+            wv[c] = codes::<NIB, S8>(wc.add((c * w.np + p) * cpp));
+            sv[c] = scales::<PER16>(ws.add((c * w.np + p) * spp));
+        }
+        for (i, acc_r) in acc.iter_mut().enumerate() {
+            let xb = ((r0 + i) * x.np + p) * 16;
+            let xp = x.codes.as_ptr().add(xb * 4);
+            let xlo = _mm256_loadu_si256(xp as *const __m256i);
+            let xhi = _mm256_loadu_si256(xp.add(32) as *const __m256i);
+            let xs_lo = _mm256_loadu_ps(x.scale.as_ptr().add(xb));
+            // the zero point's start values (none for S8, whose codes run signed)
+            let (st_lo, st_hi) = if S8 {
+                (_mm256_setzero_si256(), _mm256_setzero_si256())
+            } else {
+                let sp = x.start.as_ptr().add(xb);
+                (
+                    _mm256_loadu_si256(sp as *const __m256i),
+                    _mm256_loadu_si256(sp.add(8) as *const __m256i),
+                )
+            };
+            for c in 0..C {
+                let (lo, hi) = wv[c];
+                let (dlo, dhi) = if S8 {
+                    (
+                        dot4(_mm256_abs_epi8(lo), _mm256_sign_epi8(xlo, lo)),
+                        dot4(_mm256_abs_epi8(hi), _mm256_sign_epi8(xhi, hi)),
+                    )
+                } else {
+                    (
+                        _mm256_add_epi32(dot4(lo, xlo), st_lo),
+                        _mm256_add_epi32(dot4(hi, xhi), st_hi),
+                    )
+                };
+                let (s_lo, s_hi) = sv[c];
+                if PER16 {
+                    // lanes l and l + 8 share the activation's block, hence its scale
+                    let a = _mm256_fmadd_ps(
+                        _mm256_cvtepi32_ps(dlo),
+                        _mm256_mul_ps(s_lo, xs_lo),
+                        acc_r[c],
+                    );
+                    acc_r[c] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(dhi), _mm256_mul_ps(s_hi, xs_lo), a);
+                } else {
+                    let d = _mm256_add_epi32(dlo, dhi);
+                    acc_r[c] = _mm256_fmadd_ps(
+                        _mm256_cvtepi32_ps(d),
+                        _mm256_mul_ps(s_lo, xs_lo),
+                        acc_r[c],
+                    );
+                }
+            }
+        }
+    }
+    for (i, acc_r) in acc.iter().enumerate() {
+        for c in 0..C {
+            out[i][c] = hsum(acc_r[c]) + min_term(w, j + c, x, r0 + i);
+        }
+    }
+}
+
+const _: () = assert!(QK == 32 && COL_TILE.is_multiple_of(2));
