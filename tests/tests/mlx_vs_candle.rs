@@ -19,6 +19,9 @@ use dspark_tests::{artefact, as_u32s, candle_backend, fixture, golden, max_abs_d
 const TOL: f32 = 1e-4;
 /// Every position of every prompt on the 30-layer demo model (f32 noise floor, see below).
 const ALL_POSITIONS_TOL_DEEP: f32 = 3e-4;
+/// The demo's last positions: within 1e-4 on the AVX-512 machine, 1.01e-4 on an AVX2-only one
+/// (whose attention rows sum in another order); the worst position anywhere is 2.03e-4.
+const LAST_TOL_DEEP: f32 = 2e-4;
 const VARIANTS: [&str; 5] = ["qwen3", "qwen3-tied", "llama", "qwen3-bf16", "qwen3-mlx4"];
 
 fn greedy(n: usize) -> GenParams {
@@ -45,19 +48,22 @@ fn tokens<B: Backend>(m: &Transformer<B>, prompt: &[u32], n: usize) -> Vec<u32> 
 }
 
 /// The same greedy continuation on both backends; the prompt's last-position logits (what the
-/// decoder consumes) within [`TOL`] and every position's within `all_tol`.
+/// decoder consumes) within `last_tol` and every position's within `all_tol`.
 fn compare(
     label: &str,
     c: &Transformer<CandleBackend>,
     m: &Transformer<MlxBackend>,
     prompt: &[u32],
     n: usize,
-    all_tol: f32,
+    (last_tol, all_tol): (f32, f32),
 ) {
     let (lc, lm) = (logits(c, prompt), logits(m, prompt));
     let v = c.cfg.vocab_size;
     let last = max_abs_diff(&lc[lc.len() - v..], &lm[lm.len() - v..]);
-    assert!(last < TOL, "{label}: last-position logits differ by {last}");
+    assert!(
+        last < last_tol,
+        "{label}: last-position logits differ by {last}"
+    );
     let all = max_abs_diff(&lc, &lm);
     eprintln!(
         "{label}: max |mlx - candle| logits: last position {last:.2e}, all {} positions {all:.2e}",
@@ -78,7 +84,7 @@ fn tiny_checkpoints_agree() {
         let c = Transformer::load(&candle_backend(), ck.cfg.clone(), ck.source.as_ref()).unwrap();
         let m = Transformer::load(&mlx_backend(), ck.cfg, ck.source.as_ref()).unwrap();
         let g = golden(&format!("tiny_{variant}.json"));
-        compare(variant, &c, &m, &as_u32s(&g["prompt_ids"]), 24, TOL);
+        compare(variant, &c, &m, &as_u32s(&g["prompt_ids"]), 24, (TOL, TOL));
     }
 }
 
@@ -93,14 +99,15 @@ fn demo_smollm2_agrees() {
         // 30 layers of f32 with different summation orders (MLX's OpenBLAS vs our batch-
         // invariant GEMV and attention): typical per-position differences are 4e-5, the worst
         // of ~1.3M logits (|logit| <= 39, so ~5e-6 relative) 2.03e-4; the last position of
-        // each prompt (what decoding consumes) stays within 1e-4, and greedy tokens are equal
+        // each prompt (what decoding consumes) stays within 2e-4 (1e-4 on the AVX-512 machine),
+        // and greedy tokens are equal
         compare(
             "smollm2",
             &c.model,
             &m.model,
             &ids,
             24,
-            ALL_POSITIONS_TOL_DEEP,
+            (LAST_TOL_DEEP, ALL_POSITIONS_TOL_DEEP),
         );
     }
 }
