@@ -62,15 +62,21 @@ fn tile_kernel(fmt: QFormat) -> TileKernel {
     }
     #[cfg(target_arch = "x86_64")]
     if super::avx2_fma() {
-        use super::qgemv_avx2::tile;
-        return match fmt {
-            QFormat::Q8_0 => tile::<false, true, false>,
-            QFormat::Q6K => tile::<false, false, true>,
-            QFormat::Q4_0 | QFormat::Q4_1 | QFormat::Q4K => tile::<true, false, false>,
-        };
+        return avx2_tile(fmt);
     }
     let _ = fmt;
     portable::tile
+}
+
+/// The AVX2 tile for `fmt` (the caller checks the CPU has AVX2 and FMA).
+#[cfg(target_arch = "x86_64")]
+fn avx2_tile(fmt: QFormat) -> TileKernel {
+    use super::qgemv_avx2::tile;
+    match fmt {
+        QFormat::Q8_0 => tile::<false, true, false>,
+        QFormat::Q6K => tile::<false, false, true>,
+        QFormat::Q4_0 | QFormat::Q4_1 | QFormat::Q4K => tile::<true, false, false>,
+    }
 }
 
 /// `Σ_b min_b · dsum_b` for the formats with a per-block min (0 otherwise), in a fixed order.
@@ -351,15 +357,7 @@ mod tests {
                 v.push(("avx512", tile_kernel(fmt)));
             }
             if super::super::avx2_fma() {
-                use super::super::qgemv_avx2::tile;
-                v.push((
-                    "avx2",
-                    match fmt {
-                        QFormat::Q8_0 => tile::<false, true, false>,
-                        QFormat::Q6K => tile::<false, false, true>,
-                        _ => tile::<true, false, false>,
-                    },
-                ));
+                v.push(("avx2", avx2_tile(fmt)));
             }
         }
         let _ = fmt;

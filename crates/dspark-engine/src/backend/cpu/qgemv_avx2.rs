@@ -151,9 +151,14 @@ unsafe fn rows<
     let ws = w.scales.as_ptr().add(j * w.np * spp);
     for p in 0..w.np {
         let mut wv = [(_mm256_setzero_si256(), _mm256_setzero_si256()); C];
+        // S8: |q| once per column, shared by the tile's rows
+        let mut wa = wv;
         let mut sv = [(_mm256_setzero_ps(), _mm256_setzero_ps()); C];
         for c in 0..C {
             wv[c] = codes::<NIB, S8>(wc.add((c * w.np + p) * cpp));
+            if S8 {
+                wa[c] = (_mm256_abs_epi8(wv[c].0), _mm256_abs_epi8(wv[c].1));
+            }
             sv[c] = scales::<PER16>(ws.add((c * w.np + p) * spp));
         }
         for (i, acc_r) in acc.iter_mut().enumerate() {
@@ -176,8 +181,8 @@ unsafe fn rows<
                 let (lo, hi) = wv[c];
                 let (dlo, dhi) = if S8 {
                     (
-                        dot4(_mm256_abs_epi8(lo), _mm256_sign_epi8(xlo, lo)),
-                        dot4(_mm256_abs_epi8(hi), _mm256_sign_epi8(xhi, hi)),
+                        dot4(wa[c].0, _mm256_sign_epi8(xlo, lo)),
+                        dot4(wa[c].1, _mm256_sign_epi8(xhi, hi)),
                     )
                 } else {
                     (
