@@ -576,7 +576,3 @@ pub extern "C" fn mach_approximate_time() -> u64 {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
 }
-
-#[cfg(test)]
-#[path = "mlx_tests.rs"]
-mod tests;

@@ -1,7 +1,14 @@
 //! Op-by-op agreement of [`MlxBackend`] with the candle reference backend on random inputs.
+//! An integration test of the engine (not a unit test) so that CI's MLX step builds only the
+//! engine and the shared suite, not the lib tests of every workspace crate.
+#![cfg(feature = "mlx")]
 
-use super::*;
-use crate::backend::candle::CandleBackend;
+use dspark_engine::backend::candle::CandleBackend;
+use dspark_engine::backend::mlx::{MlxBackend, MlxLinear};
+use dspark_engine::backend::{AttnMask, Backend, DType, RopeSpec, RopeStyle};
+use dspark_engine::weights::mlx_quant::MlxQuantized;
+use dspark_engine::weights::HostTensor;
+use mlx_rs::{Array, Dtype};
 use rand::{Rng, SeedableRng};
 
 struct Pair {
