@@ -125,7 +125,7 @@ EOF
   fi
   # The engine and the GPU test binaries only: all `cuda`-gated code lives in the engine (the
   # CLI's `cuda` feature only forwards to it), and leaving out the CLI skips checking the
-  # server's HTTP stack, which the feature does not touch (about 2 of CI's 7 minutes here).
+  # server's HTTP stack, which the feature does not touch (2m58s cold in CI, 5-7 min with it).
   FEAT=(-p dspark-engine -p dspark-tests --features dspark-engine/cuda,dspark-tests/cuda)
   SEL=(--lib --test golden_tiny --test spec_greedy --test spec_golden --test batch_invariance)
   if [ $LINT = 1 ]; then
