@@ -48,6 +48,10 @@ enum Command {
     Doctor(doctor::DoctorArgs),
 }
 
+/// Large buffers (weights, caches) on transparent huge pages: faster weight streaming.
+#[global_allocator]
+static ALLOC: dspark_engine::huge_pages::HugePageAlloc = dspark_engine::huge_pages::HugePageAlloc;
+
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(

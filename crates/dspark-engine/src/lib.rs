@@ -5,6 +5,7 @@ pub mod backend;
 pub mod drafters;
 pub mod error;
 pub mod generate;
+pub mod huge_pages;
 pub mod kv;
 pub mod launch;
 pub mod load;
