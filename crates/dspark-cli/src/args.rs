@@ -58,7 +58,8 @@ pub struct SpecArgs {
     /// Drafts verified per round. Default for dspark/dflash: each round's count is chosen up to
     /// the full block from this machine's measured acceptance and round times (greedy on CPU
     /// or CUDA kernels, and unseeded sampling; else the full block); for draft, a count that
-    /// adapts to acceptance between 2 and 8, starting at 4 each request. Setting it fixes it.
+    /// adapts between 2 and 8 to the acceptance seen so far in each request, starting at 8.
+    /// Setting it fixes it.
     #[arg(long)]
     pub max_draft: Option<usize>,
     /// DSpark confidence truncation threshold (default 0 = off).

@@ -3,7 +3,7 @@
 //! batched forward at prefill, right after the target's; tokens committed but not yet fed (the
 //! last accepted draft of a fully accepted block) wait in a backlog and are fed with the next
 //! round's first forward. With an adaptive [`DraftLen`] the number of drafts follows
-//! [`policy::next_draft_len`] from the rounds already verified.
+//! [`policy::adaptive_draft_len`] from the sequence's rounds already verified.
 
 use rand::RngCore;
 
@@ -13,7 +13,7 @@ use crate::error::EngineError;
 use crate::kv::KvCache;
 use crate::model::transformer::{LogitsWanted, Transformer};
 use crate::sampling::{distribution, pick, SamplingParams};
-use crate::spec::policy::{self, DraftLen};
+use crate::spec::policy::{self, AcceptanceTally, DraftLen};
 use crate::spec::{Drafter, DrafterState, Proposal, SpecParams};
 
 pub struct DraftModel<B: Backend> {
@@ -22,9 +22,9 @@ pub struct DraftModel<B: Backend> {
     /// Committed tokens at positions `cache.len()..`, not yet fed.
     backlog: Vec<u32>,
     block: usize,
-    /// Drafts to propose next round when adaptive, and the count each sequence starts from
-    /// (`None`: always up to the round's max).
-    adaptive: Option<(usize, usize)>,
+    /// The sequence's verified drafts when the count adapts (`None`: always up to the
+    /// round's max).
+    adaptive: Option<AcceptanceTally>,
     /// Drafts proposed in the round being verified.
     drafted: usize,
 }
@@ -51,10 +51,7 @@ impl<B: Backend> DraftModel<B> {
             backlog: Vec::new(),
             block: len.cap(),
             adaptive: match len {
-                DraftLen::Adaptive { start, cap } => {
-                    let s = start.clamp(1, cap.max(1));
-                    Some((s, s))
-                }
+                DraftLen::Adaptive { start, .. } => Some(AcceptanceTally::new(start)),
                 DraftLen::Fixed(_) => None,
             },
             drafted: 0,
@@ -80,8 +77,8 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
         self.truncate(start);
         // every sequence starts its draft count afresh: a seeded sampled request must draw the
         // same random numbers whatever the server served before it
-        if let Some((k, first)) = self.adaptive.as_mut() {
-            *k = *first;
+        if let Some(tally) = self.adaptive.as_mut() {
+            *tally = AcceptanceTally::new(tally.start());
         }
         self.backlog.extend_from_slice(tokens);
         let feed = std::mem::take(&mut self.backlog);
@@ -111,7 +108,10 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
         let b = self.model.backend().clone();
         let mut feed = std::mem::take(&mut self.backlog);
         feed.push(pending);
-        let max = self.adaptive.map_or(max, |(k, _)| k.min(max)).max(1);
+        let max = self
+            .adaptive
+            .map_or(max, |t| policy::adaptive_draft_len(&t, self.block).min(max))
+            .max(1);
         let mut tokens = Vec::with_capacity(max);
         let mut qs = Vec::new();
         // under a grammar, draft i is chosen from a row masked after drafts 0..i
@@ -151,9 +151,8 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
         _taps: Option<&B::Tensor>,
     ) -> Result<(), EngineError> {
         // tokens = pending + the accepted drafts
-        if let Some((k, _)) = self.adaptive.as_mut() {
-            let accepted = tokens.len().saturating_sub(1);
-            *k = policy::next_draft_len(*k, self.drafted, accepted, self.block);
+        if let Some(tally) = self.adaptive.as_mut() {
+            tally.record(self.drafted, tokens.len().saturating_sub(1));
         }
         // the cache holds pending + all but the last draft; accepted ones are a prefix of that
         let end = pos + tokens.len();
