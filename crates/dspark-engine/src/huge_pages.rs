@@ -33,22 +33,17 @@ pub const HUGE: usize = 2 << 20;
 /// The allocator (a unit struct: `#[global_allocator] static A: HugePageAlloc = HugePageAlloc;`).
 pub struct HugePageAlloc;
 
-/// The layout the system allocator is asked for: large ones aligned to a huge page.
+/// For a layout this allocator advises (Linux, at least [`HUGE`] bytes, alignment within
+/// [`HUGE`], advice on), the layout the system allocator is asked for: the same size, aligned
+/// to a huge page. `None`: the layout goes to the system allocator as it is. Alloc and dealloc
+/// of one block get the same answer (the on/off state is read once).
 #[inline]
-fn system_layout(layout: Layout) -> Layout {
-    if advises(layout) {
-        // SAFETY: HUGE is a power of two and >= the requested alignment; a size that fit the
-        // original layout fits this one (isize::MAX rounding is checked by the caller's Layout
-        // for align <= HUGE on 64-bit targets, where sizes stay far below it).
-        unsafe { Layout::from_size_align_unchecked(layout.size(), HUGE) }
-    } else {
-        layout
-    }
-}
-
-#[inline]
-fn advises(layout: Layout) -> bool {
-    cfg!(target_os = "linux") && layout.size() >= HUGE && layout.align() <= HUGE && enabled()
+fn huge_layout(layout: Layout) -> Option<Layout> {
+    let advised =
+        cfg!(target_os = "linux") && layout.size() >= HUGE && layout.align() <= HUGE && enabled();
+    // SAFETY: HUGE is a power of two and >= the requested alignment; the size, valid for the
+    // caller's layout, rounded up to HUGE stays far below isize::MAX on 64-bit targets.
+    advised.then(|| unsafe { Layout::from_size_align_unchecked(layout.size(), HUGE) })
 }
 
 #[cfg(target_os = "linux")]
@@ -93,33 +88,38 @@ fn advise(_ptr: *mut u8, _size: usize) {}
 // layout, so alloc and dealloc of one block always agree; madvise never changes contents.
 unsafe impl GlobalAlloc for HugePageAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if !advises(layout) {
-            return System.alloc(layout);
+        match huge_layout(layout) {
+            None => System.alloc(layout),
+            Some(huge) => {
+                let p = System.alloc(huge);
+                advise(p, layout.size());
+                p
+            }
         }
-        let p = System.alloc(system_layout(layout));
-        advise(p, layout.size());
-        p
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if !advises(layout) {
-            return System.alloc_zeroed(layout);
+        match huge_layout(layout) {
+            None => System.alloc_zeroed(layout),
+            Some(huge) => {
+                // advise before zeroing, so that the zeroing writes fault in huge pages
+                let p = System.alloc(huge);
+                advise(p, layout.size());
+                if !p.is_null() {
+                    std::ptr::write_bytes(p, 0, layout.size());
+                }
+                p
+            }
         }
-        // advise before zeroing, so that the zeroing writes fault in huge pages
-        let p = self.alloc(layout);
-        if !p.is_null() {
-            std::ptr::write_bytes(p, 0, layout.size());
-        }
-        p
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, system_layout(layout))
+        System.dealloc(ptr, huge_layout(layout).unwrap_or(layout))
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let new = Layout::from_size_align_unchecked(new_size, layout.align());
-        if !advises(layout) && !advises(new) {
+        if huge_layout(layout).is_none() && huge_layout(new).is_none() {
             return System.realloc(ptr, layout, new_size);
         }
         let p = self.alloc(new);

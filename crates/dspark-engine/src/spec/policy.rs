@@ -123,7 +123,8 @@ pub fn adaptive_draft_len(tally: &AcceptanceTally, cap: usize) -> usize {
 }
 
 /// Drafts verified per round when `max_draft` is not configured: the drafter's full block for
-/// DSpark/DFlash (capped later by the checkpoint's block), 4 for a draft model.
+/// DSpark/DFlash (capped later by the checkpoint's block), [`DEFAULT_DRAFT_MODEL_DRAFTS`]
+/// for a draft model.
 pub fn default_max_draft(mode: Mode) -> usize {
     match mode {
         Mode::Baseline => 1,
