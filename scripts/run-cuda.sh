@@ -6,7 +6,7 @@
 # scripts/bench/make_qwen3_8b_random.py: baseline at 1024 and 8192 context, verify cost, oracle
 # forced-tau spec runs, a per-op profile; with --hf, HF transformers on the same checkpoint
 # (scripts/bench/hf_cuda_decode.py; needs no binaries).
-# Usage: scripts/run-cuda.sh [--no-tests] [--q8b] [--hf] [--profile] [--pdl|--qkv1|--glu] [--spec] [PACK]
+# Usage: scripts/run-cuda.sh [--no-tests] [--q8b] [--hf] [--profile] [--pdl|--qkv1|--glu|--pre] [--spec] [PACK]
 #   --profile: only the per-op profile runs of --q8b (baseline and DFlash oracle rounds synced
 #            per op; then the baseline's host enqueue time per op)
 #   --verify: only the baseline and verify-cost runs of --q8b at 1024 and 8192 context
@@ -17,6 +17,9 @@
 #          (DSPARK_CUDA_QKV1=0: two norm_rope launches and two cache writes per layer)
 #   --glu: the same with the gate/up GEMM's SwiGLU epilogue (the default) and without it
 #          (DSPARK_CUDA_GLU=0: the plain GEMM, then swiglu_bf16)
+#   --pre: the same with the GEMMs' first weights loaded before the PDL wait (the default) and
+#          without it (DSPARK_CUDA_PRE=0); the chain bench of the kernels before that change too
+#          (target/cuda/kbench/cuda_chain_bench_head, when carried)
 #   --spec: only the two oracle runs of --q8b (DFlash- and DSpark-shaped drafters, tau 2, 4, 6.5)
 #   --vs-hf: dspark's baseline decode and HF transformers (static cache, then torch.compile
 #            reduce-overhead) on the same checkpoint and ids at 1024 and 8192 context, one call
@@ -25,7 +28,7 @@
 # target/cuda/run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 VER=0 PDL=0 QKV1=0 GLU=0 SPEC=0 PACK=target/cuda/carry/cuda-bins.tar.xz
+Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 VER=0 PDL=0 QKV1=0 GLU=0 PRE=0 SPEC=0 PACK=target/cuda/carry/cuda-bins.tar.xz
 for a in "$@"; do
   case $a in
     --q8b) Q8B=1 ;;
@@ -37,6 +40,7 @@ for a in "$@"; do
     --pdl) PDL=1 ;;
     --qkv1) QKV1=1 ;;
     --glu) GLU=1 ;;
+    --pre) PRE=1 ;;
     --spec) SPEC=1 ;;
     *) PACK=$a ;;
   esac
@@ -136,21 +140,23 @@ if [ $VER = 1 ]; then
   q $B --prompt-ids $M/prompt_ids.json --verify-cost 4,8,16 --out "$LOG/bench_verify_1024.json"
   q $B --prompt-ids $M/prompt_ids_8192.json --verify-cost 4,8,16 --out "$LOG/bench_verify_8192.json"
 fi
-if [ $PDL = 1 ] || [ $QKV1 = 1 ] || [ $GLU = 1 ]; then
+if [ $PDL = 1 ] || [ $QKV1 = 1 ] || [ $GLU = 1 ] || [ $PRE = 1 ]; then
   checkpoint
   B="$BIN/dspark bench --model $M --device cuda --dtype bf16 --mem-bandwidth-gbs 4130 --mode baseline --max-tokens 128"
   q() { echo "== $*" >>"$LOG/q8b.txt"; ( time timeout 150 "$@" ) >>"$LOG/q8b.txt" 2>&1; tail -8 "$LOG/q8b.txt"; }
   # the default against the switch turned off, side by side in one call
   if [ $PDL = 1 ]; then off=DSPARK_CUDA_PDL tag=pdl
   elif [ $QKV1 = 1 ]; then off=DSPARK_CUDA_QKV1 tag=qkv1
+  elif [ $PRE = 1 ]; then off=DSPARK_CUDA_PRE tag=pre
   else off=DSPARK_CUDA_GLU tag=glu; fi
   for c in 1024 8192; do
     ids=$M/prompt_ids.json; [ $c = 8192 ] && ids=$M/prompt_ids_8192.json
     q $B --prompt-ids $ids --verify-cost 4,8,16 --out "$LOG/bench_${tag}_$c.json"
     q env $off=0 $B --prompt-ids $ids --verify-cost 4,8,16 --out "$LOG/bench_no${tag}_$c.json"
   done
-  K=target/cuda/kbench/cuda_chain_bench
-  if [ -x $K ]; then timeout 150 $K >>"$LOG/q8b.txt" 2>&1; tail -60 "$LOG/q8b.txt"; fi
+  for K in target/cuda/kbench/cuda_chain_bench_head target/cuda/kbench/cuda_chain_bench; do
+    if [ -x $K ]; then echo "== $K" >>"$LOG/q8b.txt"; timeout 150 $K >>"$LOG/q8b.txt" 2>&1; tail -40 "$LOG/q8b.txt"; fi
+  done
 fi
 if [ $VSHF = 1 ]; then
   checkpoint

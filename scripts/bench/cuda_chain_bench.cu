@@ -1,10 +1,12 @@
 // One Qwen3-8B-shaped decode step (36 layers + the LM head) as the engine enqueues it, made of
 // dspark's own kernels (crates/dspark-engine/src/backend/cuda/kernels.cu, included as is), timed
 // on one stream: plain launches, programmatic dependent launch (PDL, what the engine does), the
-// step captured as a CUDA graph and replayed (plain and PDL), and PDL with L2 prefetches of the
-// next GEMM's weights issued in the latency-bound gaps (`pf_*`: slower, session 11). (An L2 prefetch of
-// each GEMM's first weight bytes before the PDL wait was measured too, slower at 1-4 KB per row,
-// and taken out of the kernels: docs/cuda.md, fifth slice.) It answers how much of the step is launch gaps and
+// step captured as a CUDA graph and replayed, GEMMs with and without their first weights loaded
+// before the PDL wait (gemm.cuh PRE; "nopre" ways without), and the layers' add + norm launches
+// left out ("nonorm": wrong bits, an upper bound for fusing them away). The L2-prefetch ways of
+// session 11 (`pf_*`, slower) are still in the code but no longer run. (An L2 prefetch of each
+// GEMM's first weight bytes before the PDL wait was slower too, at 1-4 KB per row: docs/cuda.md,
+// fifth slice.) It answers how much of the step is launch gaps and
 // tails, and checks that every way gives the same bits (the argmax ids and the last hidden row).
 // Built by scripts/bench/cuda-kernel-bench.sh (beside cuda_kernel_bench); run on the GPU machine
 // with no arguments; JSON lines on stdout.
@@ -43,6 +45,11 @@ static bool g_qkv1 = false;
 // the gate/up GEMM with the SwiGLU epilogue (gemm.cuh GLU) over the interleaved copy of the
 // gate/up weight, in place of the plain GEMM and swiglu_bf16
 static bool g_glu = false;
+// false in the ways "*_nopre": GEMMs that load nothing before the PDL wait (gemm.cuh PRE)
+static bool g_pre = true;
+// ways "*_nonorm": the layers' two add + RMSNorm launches left out (wrong bits: an upper bound
+// on what fusing them into the GEMMs could save)
+static bool g_nonorm = false;
 
 // rows of [gate; up] interleaved: il[2j] = gate row j, il[2j + 1] = up row j
 __global__ void interleave_rows(const bf* gu, bf* il, int i, int h) {
@@ -93,13 +100,14 @@ static void gemm(const bf* x, const bf* w, bf* y, int m, int n, int k, bool glu 
     else if (k >= 2048) { nt = 2; warps = 4; splits = 4; }
     else { nt = 1; warps = 8; splits = 1; }
     dim3 grid((n + 8 * nt - 1) / (8 * nt), splits);
-    auto f = nt == 4 ? (warps == 4 ? gemm_rows_bf16_nt4_w4 : gemm_rows_bf16_nt4_w8)
-           : nt == 2 ? (warps == 4 ? gemm_rows_bf16_nt2_w4 : gemm_rows_bf16_nt2_w8)
-                     : (warps == 4 ? gemm_rows_bf16_nt1_w4 : gemm_rows_bf16_nt1_w8);
-    if (glu)
-        f = nt == 4 ? (warps == 4 ? gemm_rows_glu_bf16_nt4_w4 : gemm_rows_glu_bf16_nt4_w8)
-          : nt == 2 ? (warps == 4 ? gemm_rows_glu_bf16_nt2_w4 : gemm_rows_glu_bf16_nt2_w8)
-                    : (warps == 4 ? gemm_rows_glu_bf16_nt1_w4 : gemm_rows_glu_bf16_nt1_w8);
+#define PICK(P)                                                                                \
+    (nt == 4 ? (warps == 4 ? P##_nt4_w4 : P##_nt4_w8) : nt == 2 ? (warps == 4 ? P##_nt2_w4 : P##_nt2_w8) \
+             : (warps == 4 ? P##_nt1_w4 : P##_nt1_w8))
+    // the engine's kernels load their first weights before the PDL wait (gemm.cuh PRE); the
+    // "nopre" ways take the same kernels without that
+    auto f = g_pre ? (glu ? PICK(gemm_rows_glu_bf16) : PICK(gemm_rows_bf16))
+                   : (glu ? PICK(gemm_rows_nopre_glu_bf16) : PICK(gemm_rows_nopre_bf16));
+#undef PICK
     go(f, grid, dim3(32 * warps), true, x, w, y, m, n, k, k, 1, splits,
        splits > 1 ? g_partial : (float*)nullptr, splits > 1 ? g_counters : (unsigned*)nullptr);
 }
@@ -111,8 +119,10 @@ static void step(std::vector<Layer>& ls, bf* fnorm, bf* head, bf* cosb, bf* sinb
     for (int l = 0; l < L; ++l) {
         Layer& w = ls[l];
         NormRows na = {m, H, 0, m, H, 0, H, 1, 1e-6f};
-        go(add_rms_norm_bf16, dim3(m), dim3(512), true, (const bf*)b.x, (const bf*)b.delta, (const bf*)w.n_in, b.sum, b.y, na);
-        std::swap(b.x, b.sum);
+        if (!g_nonorm) {
+            go(add_rms_norm_bf16, dim3(m), dim3(512), true, (const bf*)b.x, (const bf*)b.delta, (const bf*)w.n_in, b.sum, b.y, na);
+            std::swap(b.x, b.sum);
+        }
         prefetch(w.qkv, g_pf_prefix);
         gemm(b.y, w.qkv, b.qkv, m, QKV, H);
         if (g_qkv1) {
@@ -141,8 +151,10 @@ static void step(std::vector<Layer>& ls, bf* fnorm, bf* head, bf* cosb, bf* sinb
         go(attn_mma_bf16_d128, dim3(a.splits, HKV, tiles), dim3(128), true, (const bf*)b.q, (const bf*)w.kc, (const bf*)w.vc, b.scratch, a);
         go(attn_combine_bf16, dim3(HQ, m), dim3(128), true, (const float*)b.scratch, b.att, a);
         gemm(b.att, w.o, b.ob, m, H, H);
-        go(add_rms_norm_bf16, dim3(m), dim3(512), true, (const bf*)b.x, (const bf*)b.ob, (const bf*)w.n_post, b.sum, b.y, na);
-        std::swap(b.x, b.sum);
+        if (!g_nonorm) {
+            go(add_rms_norm_bf16, dim3(m), dim3(512), true, (const bf*)b.x, (const bf*)b.ob, (const bf*)w.n_post, b.sum, b.y, na);
+            std::swap(b.x, b.sum);
+        }
         prefetch(w.gu, g_pf_prefix);
         if (g_glu) {
             gemm(b.y, w.gu_il, b.act, m, 2 * I, H, true);
@@ -205,15 +217,18 @@ int main() {
     bf* d0 = alloc((long)M * H, 12, 1.f);
     printf("{\"weights_gb_per_step\": %.3f}\n", wbytes / 1e9);
 
-    struct Way { const char* name; bool pdl; bool graph; bool pf_o; long pf_prefix; bool qkv1 = false; bool glu = false; };
-    const Way ways[] = {{"plain", false, false, false, 0}, {"pdl", true, false, false, 0},
-                        {"graph", false, true, false, 0}, {"graph_pdl", true, true, false, 0},
-                        {"pdl_qkv1", true, false, false, 0, true}, {"graph_pdl_qkv1", true, true, false, 0, true},
+    struct Way { const char* name; bool pdl; bool graph; bool pf_o; long pf_prefix; bool qkv1 = false; bool glu = false;
+                 bool pre = true; bool nonorm = false; };
+    // the engine today: pdl_qkv1_glu (with PRE GEMMs); two ways run twice, interleaved, against
+    // drift
+    const Way ways[] = {{"plain_nopre", false, false, false, 0, false, false, false},
+                        {"pdl_qkv1_glu_nopre", true, false, false, 0, true, true, false},
                         {"pdl_qkv1_glu", true, false, false, 0, true, true},
+                        {"graph_pdl_qkv1_glu_nopre", true, true, false, 0, true, true, false},
                         {"graph_pdl_qkv1_glu", true, true, false, 0, true, true},
-                        {"pdl_pf_o", true, false, true, 0}, {"pdl_pf_o_4mb", true, false, true, 4L << 20},
-                        {"pdl_pf_o_8mb", true, false, true, 8L << 20}, {"pdl_pf_o_16mb", true, false, true, 16L << 20},
-                        {"pdl_pf_8mb", true, false, false, 8L << 20}};
+                        {"pdl_qkv1_glu_nonorm", true, false, false, 0, true, true, true, true},
+                        {"pdl_qkv1_glu_nopre", true, false, false, 0, true, true, false},
+                        {"pdl_qkv1_glu", true, false, false, 0, true, true}};
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
     for (int ctx : {1024, 8192})
@@ -226,6 +241,8 @@ int main() {
                 g_pf_prefix = w.pf_prefix;
                 g_qkv1 = w.qkv1;
                 g_glu = w.glu;
+                g_pre = w.pre;
+                g_nonorm = w.nonorm;
                 auto reset = [&] {
                     CK(cudaMemcpyAsync(b.x, x0, (long)M * H * 2, cudaMemcpyDeviceToDevice, g_s));
                     CK(cudaMemcpyAsync(b.delta, d0, (long)M * H * 2, cudaMemcpyDeviceToDevice, g_s));

@@ -1,7 +1,8 @@
 // Sweep of the few-row GEMM's launch shape at Qwen3-8B's projection shapes, launched as the
 // engine launches it (programmatic dependent launch, back to back over 36 layers' distinct
 // weights): columns per block (NT), warps (W), loads in flight per lane (U) and the fixed K
-// split, with a check that U leaves the bits alone. Built by scripts/bench/cuda-kernel-bench.sh;
+// split (weights preloaded before the PDL wait, as the engine's kernels), with a check that U
+// leaves the bits alone. Built by scripts/bench/cuda-kernel-bench.sh;
 // run on the GPU machine with no arguments; JSON lines.
 #include "../../crates/dspark-engine/src/backend/cuda/kernels.cu"
 #include "cuda_bench_util.cuh"
@@ -14,7 +15,7 @@ template <int NT, int W, int U>
 __global__ void __launch_bounds__(W * 32)
     sweep_gemm(const bf* x, const bf* w, bf* y, int m, int n, int k, int ldx, int vec, int splits,
                float* partial, unsigned* counters) {
-    gemm_rows<NT, W, U, false>(x, w, y, m, n, k, ldx, vec, splits, partial, counters);
+    gemm_rows<NT, W, U, false, true>(x, w, y, m, n, k, ldx, vec, splits, partial, counters);
 }
 
 typedef void (*GemmFn)(const bf*, const bf*, bf*, int, int, int, int, int, int, float*, unsigned*);

@@ -26,7 +26,9 @@ template <typename T> __device__ __forceinline__ T silu_mul(T g, T u) {
 // kernel before it on the stream is still running. Every kernel therefore calls `pdl_enter`
 // before it reads anything an earlier kernel wrote and before it writes anything at all (a
 // buffer it writes may be one the earlier kernel still reads: the memory pool reuses freed
-// buffers in stream order).
+// buffers in stream order). Reads of what only the load wrote (GEMM and norm weights, rope
+// tables) may come before it: the kernel just before never writes them, and every earlier
+// kernel has completed once that one passed its own wait and triggered this launch.
 // `griddepcontrol.wait` returns once the earlier grid has completed and its writes are
 // visible, so completion stays transitive along the stream. The trigger then lets the next
 // kernel's blocks launch as this one's last wave runs. Without the attribute both are no-ops.

@@ -16,7 +16,12 @@
 // block's columns are whole pairs; each pair's two sums are rounded to bf16 as the plain GEMM
 // stores them and y gets silu(gate) * up (`silu_mul`, as `swiglu_bf16` computes it), n / 2
 // columns per row: the bits of the plain GEMM followed by `swiglu_bf16`, one launch fewer.
-template <int NT, int W, int U, bool GLU>
+// PRE: each warp loads the weights of its first UNROLL chunks before the PDL wait, so the
+// first DRAM round trip overlaps the tail of the kernel before (weights are written only at
+// load, never by the kernel launched just before a GEMM); the bits are the same. Measured in
+// scripts/bench/cuda_chain_bench.cu (H200, 1024 context): a decode step 5.61 -> 5.12 ms, 16 rows
+// 6.37 -> 5.71; holding more chunks in registers, or L2 prefetches of later chunks, was slower.
+template <int NT, int W, int U, bool GLU, bool PRE>
 __device__ void gemm_rows(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                           __nv_bfloat16* __restrict__ y, int m, int n, int k, int ldx, int vec,
                           int splits, float* __restrict__ partial, unsigned* __restrict__ counters) {
@@ -33,22 +38,29 @@ __device__ void gemm_rows(const __nv_bfloat16* __restrict__ x, const __nv_bfloat
     for (int j = 0; j < NT; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
     const long chunks = (k + 31) / 32;
     const long c_lo = chunks * blockIdx.y / splits, c_hi = chunks * (blockIdx.y + 1) / splits;
-    pdl_enter();
     // UNROLL chunks' loads are issued before their MMAs (bytes in flight); the MMAs still run
     // in chunk order
     constexpr int UNROLL = U / NT > 0 ? U / NT : 1;
-    for (long ch0 = c_lo + warp; ch0 < c_hi; ch0 += (long)W * UNROLL) {
-        uint32_t wr[UNROLL][NT][4], ar[UNROLL][4], br[UNROLL][4];
+    const long step = (long)W * UNROLL;
+    auto load_w = [&](uint32_t (&wr)[UNROLL][NT][4], long ch0) {
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const long ch = ch0 + (long)u * W;
+            const long k0 = ch * 32 + 8 * t;
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const long col = n0 + 8 * j + g;
+                load8_bf16<true>(w + col * (long)k, k0, k, vec, ch < c_hi && col < n, wr[u][j]);
+            }
+        }
+    };
+    auto consume = [&](const uint32_t (&wr)[UNROLL][NT][4], long ch0) {
+        uint32_t ar[UNROLL][4], br[UNROLL][4];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             const long ch = ch0 + (long)u * W;
             const bool in = ch < c_hi;
             const long k0 = ch * 32 + 8 * t;
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                const long col = n0 + 8 * j + g;
-                load8_bf16<true>(w + col * (long)k, k0, k, vec, in && col < n, wr[u][j]);
-            }
             load8_bf16<false>(xa, k0, k, vec, alive && in, ar[u]);
             load8_bf16<false>(xb, k0, k, vec, blive && in, br[u]);
         }
@@ -61,6 +73,18 @@ __device__ void gemm_rows(const __nv_bfloat16* __restrict__ x, const __nv_bfloat
                 mma_bf16(c[j], ar[u][2], br[u][2], ar[u][3], br[u][3], wr[u][j][2], wr[u][j][3]);
             }
         }
+    };
+    uint32_t wr[UNROLL][NT][4];
+    long ch0 = c_lo + warp;
+    if (PRE) load_w(wr, ch0);
+    pdl_enter();
+    if (PRE) {
+        if (ch0 < c_hi) consume(wr, ch0);
+        ch0 += step;
+    }
+    for (; ch0 < c_hi; ch0 += step) {
+        load_w(wr, ch0);
+        consume(wr, ch0);
     }
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
@@ -126,16 +150,18 @@ __device__ void gemm_rows(const __nv_bfloat16* __restrict__ x, const __nv_bfloat
     if (threadIdx.x == 0) counters[blockIdx.x] = 0u;
 }
 
-#define GEMM_ROWS_AS(NAME, NT, W, U, GLU)                                                     \
+#define GEMM_ROWS_AS(NAME, NT, W, U, GLU, PRE)                                                \
     extern "C" __global__ void __launch_bounds__(W * 32)                                      \
         NAME(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,       \
              __nv_bfloat16* __restrict__ y, int m, int n, int k, int ldx, int vec,           \
              int splits, float* partial, unsigned* counters) {                               \
-        gemm_rows<NT, W, U, GLU>(x, w, y, m, n, k, ldx, vec, splits, partial, counters);     \
+        gemm_rows<NT, W, U, GLU, PRE>(x, w, y, m, n, k, ldx, vec, splits, partial, counters); \
     }
 #define GEMM_ROWS(NT, W, U)                                                                   \
-    GEMM_ROWS_AS(gemm_rows_bf16_nt##NT##_w##W, NT, W, U, false)                               \
-    GEMM_ROWS_AS(gemm_rows_glu_bf16_nt##NT##_w##W, NT, W, U, true)
+    GEMM_ROWS_AS(gemm_rows_bf16_nt##NT##_w##W, NT, W, U, false, true)                         \
+    GEMM_ROWS_AS(gemm_rows_glu_bf16_nt##NT##_w##W, NT, W, U, true, true)                      \
+    GEMM_ROWS_AS(gemm_rows_nopre_bf16_nt##NT##_w##W, NT, W, U, false, false)                  \
+    GEMM_ROWS_AS(gemm_rows_nopre_glu_bf16_nt##NT##_w##W, NT, W, U, true, false)
 GEMM_ROWS(1, 8, 4)
 GEMM_ROWS(2, 8, 4)
 GEMM_ROWS(4, 8, 4)

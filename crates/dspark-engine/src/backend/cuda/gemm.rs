@@ -23,6 +23,14 @@ pub struct RowsGemm {
     pub glu: bool,
 }
 
+/// Whether the bf16 kernels load their first weights before the PDL wait (`gemm.cuh` PRE; the
+/// same bits either way). `DSPARK_CUDA_PRE=0` takes the kernels that wait first, for runs side
+/// by side.
+fn preload() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("DSPARK_CUDA_PRE").map_or(true, |v| v != "0"))
+}
+
 /// Per device: zeroed arrival counters of split launches (each launch's last block resets its
 /// tile's counter, so they are zero again between launches on the one stream).
 fn counters(dev: &CudaDevice) -> Result<Arc<CudaSlice<u32>>> {
@@ -97,7 +105,8 @@ impl CustomOp2 for RowsGemm {
                 let (nt, warps, splits) = plan(n, k);
                 let tiles = n.div_ceil(8 * nt);
                 let form = if self.glu { "glu_" } else { "" };
-                let f = func!(dev, &format!("gemm_rows_{form}bf16_nt{nt}_w{warps}"))?;
+                let wait = if preload() { "" } else { "nopre_" };
+                let f = func!(dev, &format!("gemm_rows_{wait}{form}bf16_nt{nt}_w{warps}"))?;
                 let cfg = LaunchConfig {
                     grid_dim: (tiles as u32, splits as u32, 1),
                     block_dim: (32 * warps as u32, 1, 1),

@@ -121,6 +121,16 @@ __device__ void add_rms_norm(const T* __restrict__ x, const T* __restrict__ r,
     T* yr = y + row * h;
     float acc = 0.f;
     float v[NORM_CH][8];
+    // the norm weights are written only at load: read before the PDL wait, off the dependent path
+    float wv[NORM_CH][8];
+    if (a.vec) {
+#pragma unroll
+        for (int j = 0; j < NORM_CH; ++j) {
+            const int c0 = (j * blockDim.x + threadIdx.x) * 8;
+            if (c0 < h) load8f(w + c0, wv[j]);
+        }
+    }
+    pdl_enter();
     if (a.vec) {
 #pragma unroll
         for (int j = 0; j < NORM_CH; ++j) {
@@ -164,10 +174,9 @@ __device__ void add_rms_norm(const T* __restrict__ x, const T* __restrict__ r,
         for (int j = 0; j < NORM_CH; ++j) {
             const int c0 = (j * blockDim.x + threadIdx.x) * 8;
             if (c0 < h) {
-                float wv[8], o[8];
-                load8f(w + c0, wv);
+                float o[8];
 #pragma unroll
-                for (int e = 0; e < 8; ++e) o[e] = v[j][e] * inv * wv[e];
+                for (int e = 0; e < 8; ++e) o[e] = v[j][e] * inv * wv[j][e];
                 store8f(yr + c0, o);
             }
         }
@@ -180,12 +189,10 @@ __device__ void add_rms_norm(const T* __restrict__ x, const T* __restrict__ r,
 }
 extern "C" __global__ void add_rms_norm_f32(const float* x, const float* r, const float* w,
                                             float* sum, float* y, NormRows a) {
-    pdl_enter();
     add_rms_norm<float>(x, r, w, sum, y, a);
 }
 extern "C" __global__ void add_rms_norm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* r,
                                              const __nv_bfloat16* w, __nv_bfloat16* sum,
                                              __nv_bfloat16* y, NormRows a) {
-    pdl_enter();
     add_rms_norm<__nv_bfloat16>(x, r, w, sum, y, a);
 }
