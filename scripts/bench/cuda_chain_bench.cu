@@ -3,8 +3,8 @@
 // on one stream: plain launches, programmatic dependent launch (PDL, what the engine does), the
 // step captured as a CUDA graph and replayed, GEMMs with and without their first weights loaded
 // before the PDL wait (gemm.cuh PRE; "nopre" ways without), and the layers' add + norm launches
-// left out ("nonorm": wrong bits, an upper bound for fusing them away). The L2-prefetch ways of
-// session 11 (`pf_*`, slower) are still in the code but no longer run. (An L2 prefetch of each
+// left out ("nonorm": wrong bits, an upper bound for fusing them away). (L2 prefetches of the
+// next GEMM's weights in the latency-bound gaps were slower, session 11; an L2 prefetch of each
 // GEMM's first weight bytes before the PDL wait was slower too, at 1-4 KB per row: docs/cuda.md,
 // fifth slice.) It answers how much of the step is launch gaps and
 // tails, and checks that every way gives the same bits (the argmax ids and the last hidden row).
@@ -34,11 +34,6 @@ __global__ void kv_copy(const bf* src, long s_row, long s_head, bf* cache, int m
 
 static cudaStream_t g_s;
 static bool g_pdl = false;
-// L2 prefetch in the latency-bound gaps (ways "pf_*"): the o projection's weights while the
-// cache writes and attention run, and the first `g_pf_prefix` bytes of the qkv, gate/up and
-// down weights while the norm or SwiGLU before each runs.
-static bool g_pf_o = false;
-static long g_pf_prefix = 0;
 // ways "*_qkv1": the queries' and keys' norm + rope and both cache writes in one launch, as the
 // engine now runs them, instead of two norm_rope launches and two copies
 static bool g_qkv1 = false;
@@ -59,30 +54,11 @@ __global__ void interleave_rows(const bf* gu, bf* il, int i, int h) {
     }
 }
 
-// Issues bulk L2 prefetches of p[0, bytes) and completes only after the kernel before it on
-// the stream (griddepcontrol.wait last), so completion stays ordered along the stream while the
-// next kernel's blocks may start at once (launch_dependents first).
-__global__ void l2_prefetch(const char* p, long bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    const long chunk = 16384;
-    for (long off = ((long)blockIdx.x * blockDim.x + threadIdx.x) * chunk; off < bytes;
-         off += (long)gridDim.x * blockDim.x * chunk) {
-        const unsigned n = (unsigned)(bytes - off < chunk ? bytes - off : chunk) & ~15u;
-        if (n) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(n) : "memory");
-    }
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 template <typename... K, typename... A>
 static void go(void (*k)(K...), dim3 grid, dim3 block, bool pdl_ok, A... args) {
     launch_on(g_s, g_pdl && pdl_ok, k, grid, block, args...);
 }
 
-static void prefetch(const void* p, long bytes) {
-    if (bytes > 0) go(l2_prefetch, dim3(132), dim3(32), true, (const char*)p, bytes);
-}
 
 static const int L = 36, H = 4096, HQ = 32, HKV = 8, D = 128, I = 12288, V = 151936;
 static const int QKV = (HQ + 2 * HKV) * D, MAXL = 8192 + 16;
@@ -123,7 +99,6 @@ static void step(std::vector<Layer>& ls, bf* fnorm, bf* head, bf* cosb, bf* sinb
             go(add_rms_norm_bf16, dim3(m), dim3(512), true, (const bf*)b.x, (const bf*)b.delta, (const bf*)w.n_in, b.sum, b.y, na);
             std::swap(b.x, b.sum);
         }
-        prefetch(w.qkv, g_pf_prefix);
         gemm(b.y, w.qkv, b.qkv, m, QKV, H);
         if (g_qkv1) {
             // the engine's one-launch attention inputs (rope.cuh qkv_rope_store)
@@ -136,7 +111,6 @@ static void step(std::vector<Layer>& ls, bf* fnorm, bf* head, bf* cosb, bf* sinb
         go(norm_rope_bf16, dim3(m * HQ), dim3(D / 2), true, (const bf*)b.qkv, (const bf*)w.qn, (const bf*)cosb, (const bf*)sinb, b.q, rq);
         RopeArgs rk = {(long)m * QKV, QKV, D, HKV, m, D, pos, 0, 1, 1e-6f};
         go(norm_rope_bf16, dim3(m * HKV), dim3(D / 2), true, (const bf*)(b.qkv + HQ * D), (const bf*)w.kn, (const bf*)cosb, (const bf*)sinb, b.k, rk);
-        if (g_pf_o) prefetch(w.o, 2L * H * H);
         // k rows are [heads, m, d] after norm_rope; v is the projection's strided slice
         go(kv_copy, dim3(HKV, m), dim3(128), false, (const bf*)b.k, (long)D, (long)m * D, w.kc, MAXL, pos, D);
         go(kv_copy, dim3(HKV, m), dim3(128), false, (const bf*)(b.qkv + (HQ + HKV) * D), (long)QKV, (long)D, w.vc, MAXL, pos, D);
@@ -155,14 +129,12 @@ static void step(std::vector<Layer>& ls, bf* fnorm, bf* head, bf* cosb, bf* sinb
             go(add_rms_norm_bf16, dim3(m), dim3(512), true, (const bf*)b.x, (const bf*)b.ob, (const bf*)w.n_post, b.sum, b.y, na);
             std::swap(b.x, b.sum);
         }
-        prefetch(w.gu, g_pf_prefix);
         if (g_glu) {
             gemm(b.y, w.gu_il, b.act, m, 2 * I, H, true);
         } else {
             gemm(b.y, w.gu, b.gu, m, 2 * I, H);
             go(swiglu_bf16, dim3((m * I + 255) / 256), dim3(256), true, (const bf*)b.gu, (const bf*)(b.gu + I), b.act, (long)m, I, (long)2 * I, (long)2 * I, 1);
         }
-        prefetch(w.down, g_pf_prefix);
         gemm(b.act, w.down, b.delta, m, H, I);
     }
     NormRows na = {m, H, 0, m, H, 0, H, 1, 1e-6f};
@@ -217,18 +189,18 @@ int main() {
     bf* d0 = alloc((long)M * H, 12, 1.f);
     printf("{\"weights_gb_per_step\": %.3f}\n", wbytes / 1e9);
 
-    struct Way { const char* name; bool pdl; bool graph; bool pf_o; long pf_prefix; bool qkv1 = false; bool glu = false;
+    struct Way { const char* name; bool pdl; bool graph; bool qkv1 = false; bool glu = false;
                  bool pre = true; bool nonorm = false; };
     // the engine today: pdl_qkv1_glu (with PRE GEMMs); two ways run twice, interleaved, against
     // drift
-    const Way ways[] = {{"plain_nopre", false, false, false, 0, false, false, false},
-                        {"pdl_qkv1_glu_nopre", true, false, false, 0, true, true, false},
-                        {"pdl_qkv1_glu", true, false, false, 0, true, true},
-                        {"graph_pdl_qkv1_glu_nopre", true, true, false, 0, true, true, false},
-                        {"graph_pdl_qkv1_glu", true, true, false, 0, true, true},
-                        {"pdl_qkv1_glu_nonorm", true, false, false, 0, true, true, true, true},
-                        {"pdl_qkv1_glu_nopre", true, false, false, 0, true, true, false},
-                        {"pdl_qkv1_glu", true, false, false, 0, true, true}};
+    const Way ways[] = {{"plain_nopre", false, false, false, false, false},
+                        {"pdl_qkv1_glu_nopre", true, false, true, true, false},
+                        {"pdl_qkv1_glu", true, false, true, true},
+                        {"graph_pdl_qkv1_glu_nopre", true, true, true, true, false},
+                        {"graph_pdl_qkv1_glu", true, true, true, true},
+                        {"pdl_qkv1_glu_nonorm", true, false, true, true, true, true},
+                        {"pdl_qkv1_glu_nopre", true, false, true, true, false},
+                        {"pdl_qkv1_glu", true, false, true, true}};
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
     for (int ctx : {1024, 8192})
@@ -237,8 +209,6 @@ int main() {
             std::vector<unsigned short> ref_x;
             for (const Way& w : ways) {
                 g_pdl = w.pdl;
-                g_pf_o = w.pf_o;
-                g_pf_prefix = w.pf_prefix;
                 g_qkv1 = w.qkv1;
                 g_glu = w.glu;
                 g_pre = w.pre;
