@@ -20,6 +20,9 @@
 #   --pre: the same with the GEMMs' first weights loaded before the PDL wait (the default) and
 #          without it (DSPARK_CUDA_PRE=0); the chain bench of the kernels before that change too
 #          (target/cuda/kbench/cuda_chain_bench_head, when carried)
+#   --graphs: the same with the fixed-shape steps replayed as CUDA graphs (DSPARK_CUDA_GRAPHS=1)
+#          and without them (=0: every op launched by the host), plus both oracle runs (DFlash-
+#          and DSpark-shaped drafters at tau 2, 4, 6.5) each way
 #   --spec: only the two oracle runs of --q8b (DFlash- and DSpark-shaped drafters, tau 2, 4, 6.5)
 #   --vs-hf: dspark's baseline decode and HF transformers (static cache, then torch.compile
 #            reduce-overhead) on the same checkpoint and ids at 1024 and 8192 context, one call
@@ -28,7 +31,7 @@
 # target/cuda/run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 VER=0 PDL=0 QKV1=0 GLU=0 PRE=0 SPEC=0 PACK=target/cuda/carry/cuda-bins.tar.xz
+Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 VER=0 PDL=0 QKV1=0 GLU=0 PRE=0 GRAPHS=0 SPEC=0 PACK=target/cuda/carry/cuda-bins.tar.xz
 for a in "$@"; do
   case $a in
     --q8b) Q8B=1 ;;
@@ -41,6 +44,7 @@ for a in "$@"; do
     --qkv1) QKV1=1 ;;
     --glu) GLU=1 ;;
     --pre) PRE=1 ;;
+    --graphs) GRAPHS=1 ;;
     --spec) SPEC=1 ;;
     *) PACK=$a ;;
   esac
@@ -140,20 +144,30 @@ if [ $VER = 1 ]; then
   q $B --prompt-ids $M/prompt_ids.json --verify-cost 4,8,16 --out "$LOG/bench_verify_1024.json"
   q $B --prompt-ids $M/prompt_ids_8192.json --verify-cost 4,8,16 --out "$LOG/bench_verify_8192.json"
 fi
-if [ $PDL = 1 ] || [ $QKV1 = 1 ] || [ $GLU = 1 ] || [ $PRE = 1 ]; then
+if [ $PDL = 1 ] || [ $QKV1 = 1 ] || [ $GLU = 1 ] || [ $PRE = 1 ] || [ $GRAPHS = 1 ]; then
   checkpoint
   B="$BIN/dspark bench --model $M --device cuda --dtype bf16 --mem-bandwidth-gbs 4130 --mode baseline --max-tokens 128"
   q() { echo "== $*" >>"$LOG/q8b.txt"; ( time timeout 150 "$@" ) >>"$LOG/q8b.txt" 2>&1; tail -8 "$LOG/q8b.txt"; }
   # the default against the switch turned off, side by side in one call
+  on=  # the switch's value for the first run of each pair (default: the binary's default)
   if [ $PDL = 1 ]; then off=DSPARK_CUDA_PDL tag=pdl
   elif [ $QKV1 = 1 ]; then off=DSPARK_CUDA_QKV1 tag=qkv1
   elif [ $PRE = 1 ]; then off=DSPARK_CUDA_PRE tag=pre
+  elif [ $GRAPHS = 1 ]; then off=DSPARK_CUDA_GRAPHS tag=graphs on=DSPARK_CUDA_GRAPHS=1
   else off=DSPARK_CUDA_GLU tag=glu; fi
   for c in 1024 8192; do
     ids=$M/prompt_ids.json; [ $c = 8192 ] && ids=$M/prompt_ids_8192.json
-    q $B --prompt-ids $ids --verify-cost 4,8,16 --out "$LOG/bench_${tag}_$c.json"
+    q env $on $B --prompt-ids $ids --verify-cost 4,8,16 --out "$LOG/bench_${tag}_$c.json"
     q env $off=0 $B --prompt-ids $ids --verify-cost 4,8,16 --out "$LOG/bench_no${tag}_$c.json"
   done
+  if [ $GRAPHS = 1 ]; then
+    S="$B --prompt-ids $M/prompt_ids.json --baseline-only --oracle-tau 2,4,6.5"
+    for e in 1 0; do
+      q env DSPARK_CUDA_GRAPHS=$e ${S/--mode baseline /} --mode dflash --drafter $M/dflash-b16 --out "$LOG/bench_graphs${e}_dflash.json"
+      q env DSPARK_CUDA_GRAPHS=$e ${S/--mode baseline /} --mode dspark --drafter $M/dspark-b7 --confidence-threshold 0 \
+        --out "$LOG/bench_graphs${e}_dspark.json"
+    done
+  fi
   for K in target/cuda/kbench/cuda_chain_bench_head target/cuda/kbench/cuda_chain_bench; do
     if [ -x $K ]; then echo "== $K" >>"$LOG/q8b.txt"; timeout 150 $K >>"$LOG/q8b.txt" 2>&1; tail -40 "$LOG/q8b.txt"; fi
   done

@@ -102,7 +102,7 @@ static void step(std::vector<Layer>& ls, bf* fnorm, bf* head, bf* cosb, bf* sinb
         gemm(b.y, w.qkv, b.qkv, m, QKV, H);
         if (g_qkv1) {
             // the engine's one-launch attention inputs (rope.cuh qkv_rope_store)
-            QkvStoreArgs qa = {QKV, QKV, QKV, HQ, HKV, m, D, pos, 0, MAXL, pos, 1e-6f};
+            QkvStoreArgs qa = {nullptr, QKV, QKV, QKV, HQ, HKV, m, D, pos, 0, MAXL, pos, 1e-6f};
             go(qkv_rope_store_bf16, dim3(m * (HQ + 2 * HKV)), dim3(D / 2), true, (const bf*)b.qkv,
                (const bf*)(b.qkv + HQ * D), (const bf*)(b.qkv + (HQ + HKV) * D), (const bf*)w.qn,
                (const bf*)w.kn, (const bf*)cosb, (const bf*)sinb, b.q, w.kc, w.vc, qa);
@@ -116,6 +116,7 @@ static void step(std::vector<Layer>& ls, bf* fnorm, bf* head, bf* cosb, bf* sinb
         go(kv_copy, dim3(HKV, m), dim3(128), false, (const bf*)(b.qkv + (HQ + HKV) * D), (long)QKV, (long)D, w.vc, MAXL, pos, D);
         }
         AttnArgs a;
+        a.step = nullptr;
         a.q_b = (long)HQ * m * D; a.q_h = (long)m * D; a.q_r = D;
         a.k_b = (long)HKV * MAXL * D; a.k_h = (long)MAXL * D; a.k_r = D;
         a.v_b = a.k_b; a.v_h = a.k_h; a.v_r = a.k_r;

@@ -152,6 +152,7 @@ int main() {
     rnd(q, 16L * HQ * D, 77, 4.f);
     auto args = [&](int lq, int lk, int off) {
         AttnArgs a;
+        a.step = nullptr;
         a.q_b = (long)lq * HQ * D; a.q_h = D; a.q_r = (long)HQ * D;  // q as [b, l, h, d] viewed [b, h, l, d]
         a.k_b = (long)HKV * MAXL * D; a.k_h = (long)MAXL * D; a.k_r = D;
         a.v_b = a.k_b; a.v_h = a.k_h; a.v_r = a.k_r;

@@ -163,3 +163,141 @@ fn cuda_device_argmax_follows_the_host_rule() {
         assert_eq!(got, want, "{dtype:?}");
     }
 }
+
+/// One script of forwards on `m` (prefill, decode steps across the cache's growth, rollbacks,
+/// verify-sized blocks with and without taps and logits): every output, as bits.
+fn script<B: Backend>(b: &B, m: &Transformer<B>, prompt: &[u32]) -> Vec<Vec<u32>> {
+    let vocab = m.cfg.vocab_size;
+    let taps = [0usize, 1];
+    let mut cache = m.new_cache();
+    let mut outs = Vec::new();
+    let mut keep = |o: dspark_engine::model::transformer::ForwardOut<B>| {
+        for t in [o.logits, o.taps].into_iter().flatten() {
+            outs.push(bits(&b.to_f32_vec(&t).unwrap()));
+        }
+    };
+    keep(
+        m.forward(prompt, &mut cache, &[], LogitsWanted::Last)
+            .unwrap(),
+    );
+    // decode steps: the cache doubles at 64 and 128 positions
+    let steps = ids(150 - prompt.len(), vocab, 11);
+    for &t in &steps {
+        keep(
+            m.forward(&[t], &mut cache, &[], LogitsWanted::Last)
+                .unwrap(),
+        );
+    }
+    // verify-sized blocks, rolled back to different lengths in between
+    for (i, n) in (1..=16usize).chain([16, 3, 16, 1]).enumerate() {
+        let block = ids(n, vocab, 100 + i as u64);
+        let back = cache.len() - (i % 5) * 3;
+        cache.truncate(back);
+        let want = [LogitsWanted::All, LogitsWanted::Last, LogitsWanted::None][i % 3];
+        let t: &[usize] = if i % 2 == 0 { &taps } else { &[] };
+        keep(m.forward(&block, &mut cache, t, want).unwrap());
+        cache.truncate(back + 1 + i % 4);
+    }
+    outs
+}
+
+/// The model's fixed-shape step path ([`Backend::run_step`], with the cache's room reserved
+/// first) gives the plain forwards' bits. On the CPU it has no graphs, so this covers the
+/// model's side of it: the reservation, the step keys and the outputs' order.
+#[test]
+fn step_path_gives_the_plain_forwards_bits_on_the_cpu() {
+    let plain = CandleBackend::cpu();
+    let steps = CandleBackend::cpu().with_step_graphs(true);
+    assert_eq!(plain.step_graph_rows(), 0);
+    assert_eq!(steps.step_graph_rows(), 16);
+    for variant in ["qwen3", "llama"] {
+        let ck = open_checkpoint(&fixture(&format!("tiny/{variant}"))).unwrap();
+        let a = Transformer::load(&plain, ck.cfg.clone(), ck.source.as_ref()).unwrap();
+        let b = Transformer::load(&steps, ck.cfg, ck.source.as_ref()).unwrap();
+        for p in [3usize, 20] {
+            let prompt = ids(p, a.cfg.vocab_size, p as u64);
+            let (x, y) = (script(&plain, &a, &prompt), script(&steps, &b, &prompt));
+            assert_eq!(x.len(), y.len(), "{variant}: output count");
+            for (i, (x, y)) in x.iter().zip(&y).enumerate() {
+                assert!(x == y, "{variant}, prompt {p}: output {i} differs");
+            }
+        }
+    }
+}
+
+/// On a GPU the steps are captured once as CUDA graphs and replayed with new ids and positions
+/// (`backend/cuda/graph.rs`): every replayed output has the bits of the same forward run op by
+/// op (`with_step_graphs(false)`), in f32 and bf16, across cache growth (new graphs over the
+/// new buffers), rollbacks (replays at earlier positions) and all block sizes up to 16. Heads
+/// of 64 and 128 (what the one-launch attention inputs take; the tiny fixtures' heads of 16
+/// run op by op, uncaptured).
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_step_graphs_replay_the_eager_bits() {
+    use dspark_engine::backend::DType;
+    use dspark_engine::testing::{random_target, RandomSpec};
+    let specs = [
+        RandomSpec {
+            hidden: 128,
+            intermediate: 256,
+            layers: 2,
+            heads: 2,
+            kv_heads: 1,
+            head_dim: 64,
+            ..RandomSpec::tiny(512)
+        },
+        RandomSpec {
+            hidden: 256,
+            intermediate: 256,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 128,
+            tie: true,
+            ..RandomSpec::tiny(512)
+        },
+    ];
+    for dtype in [DType::F32, DType::BF16] {
+        let eager = CandleBackend::cuda(0)
+            .unwrap_or_else(|e| panic!("cuda:0: {e}"))
+            .with_dtype(dtype)
+            .with_step_graphs(false);
+        let graphs = CandleBackend::cuda(0)
+            .unwrap()
+            .with_dtype(dtype)
+            .with_step_graphs(true);
+        assert_eq!(
+            graphs.step_graph_rows(),
+            16,
+            "graphs are on with our kernels"
+        );
+        for (k, spec) in specs.iter().enumerate() {
+            let (_, src) = random_target(spec, 90 + k as u64);
+            let a = Transformer::load(&eager, spec.config(), &src).unwrap();
+            let b = Transformer::load(&graphs, spec.config(), &src).unwrap();
+            for p in [3usize, 40] {
+                let prompt = ids(p, spec.vocab, p as u64 + 7);
+                let (x, y) = (script(&eager, &a, &prompt), script(&graphs, &b, &prompt));
+                assert_eq!(
+                    x.len(),
+                    y.len(),
+                    "head {} {dtype:?}: output count",
+                    spec.head_dim
+                );
+                for (i, (x, y)) in x.iter().zip(&y).enumerate() {
+                    assert!(
+                        x == y,
+                        "head {} {dtype:?}, prompt {p}: output {i} differs",
+                        spec.head_dim
+                    );
+                }
+            }
+        }
+        // the replays really happened: every step shape captured, none fell back
+        let (on, off) = (graphs.step_graph_stats(), eager.step_graph_stats());
+        eprintln!("{dtype:?}: graphs {on:?}");
+        assert_eq!(on.failed, 0, "{dtype:?}: {on:?}");
+        assert!(on.captured >= 40 && on.replayed >= 400, "{dtype:?}: {on:?}");
+        assert_eq!(off.captured + off.replayed + off.failed, 0, "{dtype:?}");
+    }
+}

@@ -371,3 +371,68 @@ fn adaptive_restart<B: Backend>(b: B) {
     sampled(&[5, 4, 3, 2, 1, 0, 7], 11);
     assert_eq!(sampled(&[1, 2, 3], 7), first);
 }
+
+/// The fixed-shape step path (`Backend::run_step`: CUDA graphs on a GPU, where the CUDA run of
+/// this binary covers it) taken on the CPU too, target steps and DFlash block forwards alike:
+/// greedy output still equals the baseline.
+#[test]
+fn step_path_greedy_equals_baseline_on_the_cpu() {
+    let b = || CandleBackend::cpu().with_step_graphs(true);
+    dflash_greedy(b());
+    dspark_greedy(b());
+    draft_model_greedy(b());
+}
+
+/// On a GPU the fixed-shape steps are CUDA graphs: with heads of 64 (which the one-launch
+/// attention inputs take; the tiny specs' heads of 8 run op by op), the target's decode steps
+/// and verify blocks and the DFlash (block 16) and DSpark (block 7) block forwards replay
+/// captured graphs, and greedy output still equals the baseline, in f32 and bf16.
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_step_graphs_greedy_equals_baseline() {
+    use dspark_engine::backend::DType;
+    let spec = RandomSpec {
+        hidden: 128,
+        intermediate: 256,
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 64,
+        layer_scale: 0.15,
+        ..RandomSpec::tiny(256)
+    };
+    for dtype in [DType::F32, DType::BF16] {
+        let b = CandleBackend::cuda(0)
+            .unwrap_or_else(|e| panic!("cuda:0: {e}"))
+            .with_dtype(dtype)
+            .with_step_graphs(true);
+        let mut combos = 0;
+        for seed in 0..2u64 {
+            let (_, tsrc) = random_target(&spec, 60 + seed);
+            let target = model(&b, &spec, &tsrc);
+            let fs = DrafterSpec {
+                layer_scale: 3.0,
+                ..drafter_spec(&spec, 16, vec![0, 2])
+            };
+            let (cfg, dsrc) = random_dflash(&spec, &fs, seed);
+            let mut dflash = dflash_from_parts(&b, &cfg, &dsrc, &target).unwrap();
+            let ps = drafter_spec(&spec, 7, vec![0, 1, 2]);
+            let (cfg, dsrc) = random_dspark(&spec, &tsrc, &ps, Some(4.0), seed);
+            let mut dspark = dspark_from_parts(&b, &cfg, &dsrc, &target).unwrap();
+            for c in cases(seed * 10 + 300, 10, 256) {
+                let base = run_baseline(&target, &c);
+                for d in [&mut dflash as &mut dyn Drafter<_>, &mut dspark] {
+                    let sp = run_spec(&target, d, &c);
+                    let who = d.name();
+                    assert_eq!(sp.tokens, base.tokens, "{dtype:?} {who} seed {seed}");
+                    assert_eq!(sp.finish_reason, base.finish_reason);
+                    combos += 1;
+                }
+            }
+        }
+        assert_eq!(combos, 40);
+        let st = b.step_graph_stats();
+        eprintln!("{dtype:?}: graphs {st:?}");
+        assert_eq!(st.failed, 0, "{dtype:?}: {st:?}");
+        assert!(st.replayed >= 200, "{dtype:?}: {st:?}");
+    }
+}

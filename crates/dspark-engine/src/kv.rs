@@ -49,7 +49,15 @@ pub struct KvCache<B: Backend> {
     layers: Vec<LayerKv<B>>,
     len: usize,
     max_len: usize,
+    /// Which cache this is (unique in the process) and how many times its buffers were
+    /// allocated: together they name the buffers a captured device graph writes
+    /// ([`KvCache::buffers_id`]).
+    uid: u64,
+    generation: u64,
 }
+
+/// Source of [`KvCache`] uids.
+static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl<B: Backend> KvCache<B> {
     pub fn new(num_layers: usize, max_len: usize) -> Self {
@@ -62,7 +70,40 @@ impl<B: Backend> KvCache<B> {
             layers: windows.iter().map(|&w| LayerKv::new(w)).collect(),
             len: 0,
             max_len,
+            uid: NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            generation: 0,
         }
+    }
+
+    /// Names this cache's buffers as they are now: it changes whenever a layer's buffers are
+    /// replaced (growth), and no other cache ever has it. A device graph captured over these
+    /// buffers may be replayed while it is unchanged.
+    pub fn buffers_id(&self) -> (u64, u64) {
+        (self.uid, self.generation)
+    }
+
+    /// Grows every layer's buffers to hold `n` positions (the same doubling as appends), so
+    /// that a forward up to `n` writes in place. `false` (nothing done) where that cannot be
+    /// promised: a layer with no buffer yet or a sliding window, or `n` past the maximum.
+    pub fn reserve(&mut self, b: &B, n: usize) -> BResult<bool> {
+        if n > self.max_len
+            || self
+                .layers
+                .iter()
+                .any(|l| l.window.is_some() || l.k.is_none())
+        {
+            return Ok(false);
+        }
+        let len = self.len;
+        for i in 0..self.layers.len() {
+            if n > self.layers[i].cap {
+                let d = b.dims(self.layers[i].k.as_ref().expect("checked above"));
+                let hnd = [d[1], n - len, d[3]];
+                // grows without writing: the closure hands the buffers back untouched
+                self.append_with(b, i, hnd, |k, v, _| Ok((k.clone(), v.clone())))?;
+            }
+        }
+        Ok(true)
     }
 
     fn windows(&self) -> Vec<Option<usize>> {
@@ -151,6 +192,7 @@ impl<B: Backend> KvCache<B> {
     ) -> BResult<(B::Tensor, B::Tensor)> {
         let [h, n, d] = hnd;
         let len = self.len;
+        let mut grown = false;
         let slot = &mut self.layers[layer];
         let need = len - slot.base + n;
         if need > slot.cap || slot.k.is_none() {
@@ -189,6 +231,7 @@ impl<B: Backend> KvCache<B> {
             slot.v = Some(nv);
             slot.cap = cap;
             slot.base = new_base;
+            grown = true;
         }
         let at = len - slot.base;
         let need = at + n;
@@ -196,6 +239,7 @@ impl<B: Backend> KvCache<B> {
         let out = (b.narrow(&kb, 2, 0, need)?, b.narrow(&vb, 2, 0, need)?);
         slot.k = Some(kb);
         slot.v = Some(vb);
+        self.generation += u64::from(grown);
         Ok(out)
     }
 
@@ -290,5 +334,58 @@ impl<B: Backend> KvCache<B> {
         }
         out.len = len;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::candle::CandleBackend;
+
+    type CandleTensor = <CandleBackend as Backend>::Tensor;
+
+    fn rows(b: &CandleBackend, n: usize) -> CandleTensor {
+        b.zeros(&[1, 2, n, 4]).unwrap()
+    }
+
+    /// `reserve` grows every layer before a forward (never during one), and the buffers' id
+    /// changes exactly when a buffer is replaced.
+    #[test]
+    fn reserve_grows_ahead_and_buffers_id_follows_replacements() {
+        let b = CandleBackend::cpu();
+        let mut c: KvCache<CandleBackend> = KvCache::new(2, 1000);
+        assert!(
+            !c.reserve(&b, 10).unwrap(),
+            "no buffers yet: nothing to promise"
+        );
+        for l in 0..2 {
+            c.append(&b, l, &rows(&b, 5), &rows(&b, 5)).unwrap();
+        }
+        c.advance(5);
+        let id = c.buffers_id();
+        assert!(c.reserve(&b, 60).unwrap());
+        assert_eq!(c.buffers_id(), id, "64 rows were there already");
+        assert!(c.reserve(&b, 65).unwrap());
+        let grown = c.buffers_id();
+        assert_ne!(grown, id);
+        // appends inside the reserved room keep the buffers
+        for l in 0..2 {
+            c.append(&b, l, &rows(&b, 60), &rows(&b, 60)).unwrap();
+        }
+        c.advance(60);
+        assert_eq!(c.buffers_id(), grown);
+        assert!(!c.reserve(&b, 1001).unwrap(), "past the maximum");
+        // another cache never shares the id, nor does a copy
+        let other: KvCache<CandleBackend> = KvCache::new(2, 1000);
+        assert_ne!(other.buffers_id().0, c.buffers_id().0);
+        let copy = c.deep_prefix(&b, 10).unwrap();
+        assert_ne!(copy.buffers_id().0, c.buffers_id().0);
+        // sliding layers move their base: never reserved
+        let mut w: KvCache<CandleBackend> = KvCache::with_windows(&[Some(8), None], 1000);
+        for l in 0..2 {
+            w.append(&b, l, &rows(&b, 5), &rows(&b, 5)).unwrap();
+        }
+        w.advance(5);
+        assert!(!w.reserve(&b, 6).unwrap());
     }
 }

@@ -101,6 +101,19 @@ pub struct QkvHeads<'a, T> {
     pub k_norm: Option<(&'a T, f32)>,
 }
 
+/// What a fixed-shape forward step depends on besides its ids and position: the cache buffers
+/// it writes ([`crate::kv::KvCache::buffers_id`]), its row count and what else shapes it, as
+/// its caller numbers it (a target: the logits wanted and the tapped layers; a drafter: its
+/// draft rows). A backend with device graphs replays one per key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct StepKey {
+    /// The forward's kind ("transformer", or the drafter's name).
+    pub who: &'static str,
+    pub cache: (u64, u64),
+    pub rows: usize,
+    pub shape: Vec<usize>,
+}
+
 /// The operations the models need. Shapes follow `[batch, heads, seq, head_dim]` for attention
 /// inputs and `[.., features]` elsewhere. Implementations must not panic on bad shapes: they
 /// return a [`BackendError`].
@@ -266,6 +279,25 @@ pub trait Backend: Clone + Send + 'static {
     /// Index of the largest value along the last axis (u32), first index on ties (NaN never
     /// chosen): the rule of `sampling::argmax`.
     fn argmax_last(&self, x: &Self::Tensor) -> BResult<Self::Tensor>;
+    /// The most rows a [`Backend::run_step`] may replay from a captured graph (0: the backend
+    /// has no graphs; every step runs its ops one by one).
+    fn step_graph_rows(&self) -> usize {
+        0
+    }
+    /// Runs one forward step of `ids` at position `start`, built by `step` (its outputs). A
+    /// backend with device graphs captures the step once per `key` and afterwards replays it
+    /// with the new ids and position without calling `step`; the outputs then live in the
+    /// graph's memory and hold their values until the same key runs again. The caller must
+    /// have made room in the cache for the step (no buffer may change inside it).
+    fn run_step(
+        &self,
+        _key: &StepKey,
+        _ids: &[u32],
+        _start: usize,
+        step: &mut dyn FnMut() -> BResult<Vec<Self::Tensor>>,
+    ) -> BResult<Vec<Self::Tensor>> {
+        step()
+    }
     /// Whether greedy loops should take [`Backend::argmax_last`] on the device and copy only
     /// the ids instead of whole logit rows (a GPU, where rows cross a bus).
     fn device_argmax(&self) -> bool {

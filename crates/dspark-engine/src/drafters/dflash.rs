@@ -6,7 +6,7 @@
 
 use rand::RngCore;
 
-use crate::backend::Backend;
+use crate::backend::{BResult, Backend, StepKey};
 use crate::constrain::Drafting;
 use crate::error::EngineError;
 use crate::model::kv_injection::KvInjectionNet;
@@ -76,6 +76,26 @@ pub(crate) fn choose_one(
     Ok(d)
 }
 
+/// The drafts' logits `[1, n, vocab]`: the block `[pending, mask..]` through the drafter over
+/// its context, rows 1..=n through the target's LM head (and the drafter's softcap).
+fn draft_logits<B: Backend>(
+    net: &mut KvInjectionNet<B>,
+    target: &Transformer<B>,
+    block: &[u32],
+    n: usize,
+    softcap: Option<f32>,
+) -> BResult<B::Tensor> {
+    let b = target.backend();
+    let x = target.embed(block)?;
+    let h = net.block(&x)?;
+    let rows = b.narrow(&h, 1, 1, n)?;
+    let logits = target.lm_head(&rows)?;
+    match softcap {
+        Some(cap) => b.softcap(&logits, cap),
+        None => Ok(logits),
+    }
+}
+
 impl<B: Backend> Drafter<B> for DFlash<B> {
     fn name(&self) -> &'static str {
         "dflash"
@@ -118,14 +138,26 @@ impl<B: Backend> Drafter<B> for DFlash<B> {
         let bs = self.net.cfg.block_size;
         let mut block = vec![self.net.cfg.mask_token_id; bs];
         block[0] = pending;
-        let x = target.embed(&block)?;
-        let h = self.net.block(&x)?;
         let n = max.min(bs - 1);
-        let rows = b.narrow(&h, 1, 1, n)?;
-        let mut logits = target.lm_head(&rows)?;
-        if let Some(cap) = self.net.cfg.final_logit_softcapping {
-            logits = b.softcap(&logits, cap)?;
-        }
+        let softcap = self.net.cfg.final_logit_softcapping;
+        // the block forward is a fixed-shape step (a replayed graph on a GPU) when the context
+        // cache has room for the block
+        let logits = if bs <= b.step_graph_rows() && self.net.reserve_block()? {
+            let key = StepKey {
+                who: "dflash",
+                cache: self.net.ctx_buffers_id(),
+                rows: bs,
+                shape: vec![n],
+            };
+            let net = &mut self.net;
+            let mut step = || Ok(vec![draft_logits(net, target, &block, n, softcap)?]);
+            let mut outs = b.run_step(&key, &block, pos, &mut step)?;
+            outs.pop().ok_or_else(|| {
+                EngineError::Invalid("the dflash block step returned no logits".into())
+            })?
+        } else {
+            draft_logits(&mut self.net, target, &block, n, softcap)?
+        };
         if plain_greedy(sampling) && b.device_argmax() {
             return Ok(Proposal {
                 tokens: b.to_u32_vec(&b.argmax_last(&logits)?)?,

@@ -13,7 +13,7 @@
 use rand::RngCore;
 use serde_json::Value;
 
-use crate::backend::{Backend, DType};
+use crate::backend::{BResult, Backend, DType, StepKey};
 use crate::constrain::Drafting;
 use crate::drafters::dflash::choose_one;
 use crate::error::EngineError;
@@ -218,6 +218,51 @@ impl<B: Backend> DSpark<B> {
     }
 }
 
+/// What a block forward reads of the drafter besides its backbone.
+struct Parts<'a, B: Backend> {
+    embed: Option<&'a B::Tensor>,
+    lm_head: Option<&'a B::Linear>,
+}
+
+impl<B: Backend> Parts<'_, B> {
+    /// The drafts' logits `[1, n, vocab]` (before the Markov bias) and their hidden rows: the
+    /// block `[pending, mask..]` through the backbone over its context, rows 0..n through the
+    /// head (its own, or the target's projection) and the drafter's softcap.
+    fn draft_logits(
+        &self,
+        net: &mut KvInjectionNet<B>,
+        target: &Transformer<B>,
+        block: &[u32],
+        n: usize,
+    ) -> BResult<(B::Tensor, B::Tensor)> {
+        let b = target.backend();
+        let g = block.len();
+        let x = match self.embed {
+            Some(e) => {
+                let x = b.embedding_ids(e, block, &[1, g])?;
+                match &net.cfg.gemma {
+                    // Gemma scales its own table by sqrt(H); the target's embed() already does
+                    Some(_) => b.scale(&x, GemmaSpec::embed_scale(net.cfg.hidden_size))?,
+                    None => x,
+                }
+            }
+            None => target.embed(block)?,
+        };
+        let h = net.block(&x)?;
+        let rows = b.narrow(&h, 1, 0, n)?;
+        // a bound head is the target's whole projection, its own softcap included (as
+        // mlx-dspark binds `lm_head_proj`); the drafter's softcap follows either way
+        let mut logits = match self.lm_head {
+            Some(w) => b.matmul(&rows, w)?,
+            None => target.project(&rows)?,
+        };
+        if let Some(cap) = net.cfg.final_logit_softcapping {
+            logits = b.softcap(&logits, cap)?;
+        }
+        Ok((logits, rows))
+    }
+}
+
 impl<B: Backend> Drafter<B> for DSpark<B> {
     fn name(&self) -> &'static str {
         "dspark"
@@ -260,29 +305,37 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
         let g = self.net.cfg.block_size;
         let mut block = vec![self.net.cfg.mask_token_id; g];
         block[0] = pending;
-        let x = match &self.embed {
-            Some(e) => {
-                let x = b.embedding_ids(e, &block, &[1, g])?;
-                match &self.net.cfg.gemma {
-                    // Gemma scales its own table by sqrt(H); the target's embed() already does
-                    Some(_) => b.scale(&x, GemmaSpec::embed_scale(self.net.cfg.hidden_size))?,
-                    None => x,
+        let n = max.min(g);
+        let parts = Parts {
+            embed: self.embed.as_ref(),
+            lm_head: self.lm_head.as_ref(),
+        };
+        // the block forward is a fixed-shape step (a replayed graph on a GPU) when the context
+        // cache has room for the block
+        let (logits, rows) = if g <= b.step_graph_rows() && self.net.reserve_block()? {
+            let key = StepKey {
+                who: "dspark",
+                cache: self.net.ctx_buffers_id(),
+                rows: g,
+                shape: vec![n],
+            };
+            let net = &mut self.net;
+            let mut step = || {
+                let (logits, rows) = parts.draft_logits(net, target, &block, n)?;
+                Ok(vec![logits, rows])
+            };
+            let mut outs = b.run_step(&key, &block, pos, &mut step)?.into_iter();
+            match (outs.next(), outs.next()) {
+                (Some(l), Some(r)) => (l, r),
+                _ => {
+                    return Err(EngineError::Invalid(
+                        "the dspark block step returned no logits".into(),
+                    ))
                 }
             }
-            None => target.embed(&block)?,
+        } else {
+            parts.draft_logits(&mut self.net, target, &block, n)?
         };
-        let h = self.net.block(&x)?;
-        let n = max.min(g);
-        let rows = b.narrow(&h, 1, 0, n)?;
-        // a bound head is the target's whole projection, its own softcap included (as
-        // mlx-dspark binds `lm_head_proj`); the drafter's softcap follows either way
-        let mut logits = match &self.lm_head {
-            Some(w) => b.matmul(&rows, w)?,
-            None => target.project(&rows)?,
-        };
-        if let Some(cap) = self.net.cfg.final_logit_softcapping {
-            logits = b.softcap(&logits, cap)?;
-        }
         let (mut tokens, mut qs, prevs) = if plain_greedy(sampling) && b.device_argmax() {
             let (tokens, prevs) = self.greedy_on_device(b, &logits, n, pending)?;
             (tokens, Vec::new(), prevs)

@@ -273,6 +273,18 @@ impl<B: Backend> KvInjectionNet<B> {
         Ok(())
     }
 
+    /// Makes room in the context cache for a block at its end, so that [`Self::block`] writes
+    /// in place; `false` where that cannot be promised ([`KvCache::reserve`]).
+    pub fn reserve_block(&mut self) -> BResult<bool> {
+        let n = self.ctx.len() + self.cfg.block_size;
+        self.ctx.reserve(&self.backend, n)
+    }
+
+    /// [`KvCache::buffers_id`] of the context cache: what a captured block forward writes.
+    pub fn ctx_buffers_id(&self) -> (u64, u64) {
+        self.ctx.buffers_id()
+    }
+
     /// Runs a block of embeddings `x [1, L, H]` at positions `ctx_len()..` over the context;
     /// returns the final-normed hidden states `[1, L, H]`. The block's keys and values go into
     /// the context cache's rows past its length, uncommitted (the next

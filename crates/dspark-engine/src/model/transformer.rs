@@ -5,7 +5,7 @@
 //! A forward over L new tokens returns logits for every position (or only the last) and the
 //! concatenated outputs of tapped layers (layer i's output = HF `hidden_states[i + 1]`).
 
-use crate::backend::{AttnMask, BResult, Backend, RopeSpec};
+use crate::backend::{AttnMask, BResult, Backend, RopeSpec, StepKey};
 use crate::kv::KvCache;
 use crate::model::config::TransformerConfig;
 use crate::model::gemma::GemmaSpec;
@@ -267,6 +267,56 @@ impl<B: Backend> Transformer<B> {
             });
         }
         let start = cache.len();
+        // a short forward over a cache with room for it is a fixed-shape step, which a backend
+        // with device graphs replays (Gemma's sliding windows move their buffers' base)
+        let graph =
+            l <= b.step_graph_rows() && self.cfg.gemma.is_none() && cache.reserve(b, start + l)?;
+        let out = if graph {
+            let wanted = match want {
+                LogitsWanted::None => 0,
+                LogitsWanted::Last => 1,
+                LogitsWanted::All => 2,
+            };
+            let key = StepKey {
+                who: "transformer",
+                cache: cache.buffers_id(),
+                rows: l,
+                shape: std::iter::once(wanted)
+                    .chain(taps.iter().copied())
+                    .collect(),
+            };
+            let mut step = || -> BResult<Vec<B::Tensor>> {
+                let out = self.layers_and_head(ids, cache, taps, want)?;
+                Ok(out.logits.into_iter().chain(out.taps).collect())
+            };
+            let mut outs = b.run_step(&key, ids, start, &mut step)?.into_iter();
+            let logits = match want {
+                LogitsWanted::None => None,
+                _ => outs.next(),
+            };
+            ForwardOut {
+                logits,
+                taps: outs.next(),
+            }
+        } else {
+            self.layers_and_head(ids, cache, taps, want)?
+        };
+        cache.advance(l);
+        Ok(out)
+    }
+
+    /// The layers and the head over `ids` at the cache's length, writing their keys and values
+    /// (the length does not move).
+    fn layers_and_head(
+        &self,
+        ids: &[u32],
+        cache: &mut KvCache<B>,
+        taps: &[usize],
+        want: LogitsWanted,
+    ) -> BResult<ForwardOut<B>> {
+        let b = &self.backend;
+        let l = ids.len();
+        let start = cache.len();
         let mut x = self.embed(ids)?;
         let mut tapped = Vec::with_capacity(taps.len());
         // the next layer's input norm, when the previous layer fused it with its residual add
@@ -287,7 +337,6 @@ impl<B: Backend> Transformer<B> {
                 tapped.push((i, x.clone()));
             }
         }
-        cache.advance(l);
         let taps_out = if taps.is_empty() {
             None
         } else {

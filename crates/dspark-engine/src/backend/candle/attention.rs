@@ -42,6 +42,8 @@ impl CandleBackend {
                 .map_err(err);
         }
         #[cfg(feature = "cuda")]
+        let live = self.live_step();
+        #[cfg(feature = "cuda")]
         if self.cuda_kernels()
             && d % 16 == 0
             && d <= 256
@@ -54,9 +56,23 @@ impl CandleBackend {
             };
             // [b, lq, hq, d] from the kernel; the layer's transpose back is then free
             return q
-                .apply_op3_no_bwd(k, v, &cuda_ops::CacheAttention { mask, scale })
+                .apply_op3_no_bwd(
+                    k,
+                    v,
+                    &cuda_ops::CacheAttention {
+                        mask,
+                        scale,
+                        step: live.map(|l| l.step),
+                    },
+                )
                 .and_then(|o| o.transpose(1, 2))
                 .map_err(err);
+        }
+        #[cfg(feature = "cuda")]
+        if live.is_some() {
+            return Err(err(candle_core::Error::Msg(
+                "a captured step needs our attention kernel".into(),
+            )));
         }
         let rep = hq / hkv;
         // group query heads onto their kv head: [b, hkv, rep*lq, d]

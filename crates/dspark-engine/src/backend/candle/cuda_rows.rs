@@ -77,6 +77,9 @@ impl CandleBackend {
         {
             return None;
         }
+        // a captured step reads its position on the device: the cache's row 0 must be position
+        // 0 and this op must take the step, since any other path would bake the host's position
+        let live = self.live_step();
         let op = cuda_ops::QkvRopeStore {
             q_norm: heads.q_norm.map(|(w, _)| w),
             k_norm: heads.k_norm.map(|(w, _)| w),
@@ -89,13 +92,21 @@ impl CandleBackend {
             v_cache,
             at,
             queries: heads.q.is_some(),
+            step: live.as_ref().map(|l| l.step),
         };
         // without queries the keys stand in for them (the kernel reads nothing of it)
         let q = heads.q.unwrap_or(heads.k);
-        if !self.cuda_kernels()
-            || !cuda_ops::qkv_rope_store_enabled()
-            || !op.fits(q, heads.k, heads.v)
-        {
+        let takes = self.cuda_kernels()
+            && cuda_ops::qkv_rope_store_enabled()
+            && op.fits(q, heads.k, heads.v);
+        if live.is_some() && !(takes && at == start) {
+            return Some(Err(err(candle_core::Error::Msg(
+                "a captured step needs the one-launch attention inputs over a cache from \
+                 position 0"
+                    .into(),
+            ))));
+        }
+        if !takes {
             return None;
         }
         let _p = profile::span("qkv_rope_store");

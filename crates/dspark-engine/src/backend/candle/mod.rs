@@ -56,10 +56,25 @@ pub struct CandleBackend {
     /// The last attention mask built, with its key: every layer of one forward asks for the
     /// same one, so it is built and copied to the device once per forward, not once per layer.
     last_mask: std::sync::Arc<std::sync::Mutex<Option<(MaskKey, Tensor)>>>,
+    /// Short forwards run as fixed-shape steps ([`Backend::run_step`]): captured and replayed
+    /// as CUDA graphs on a GPU (`DSPARK_CUDA_GRAPHS=1`; see `cuda::graphs_enabled`), on
+    /// the CPU only the step path itself, for tests ([`CandleBackend::with_step_graphs`]).
+    step_graphs: bool,
+    /// Captured forward steps (CUDA graphs) and the capture in progress.
+    #[cfg(feature = "cuda")]
+    graphs: std::sync::Arc<cuda_ops::StepGraphs>,
 }
 
 /// What an attention mask tensor is a function of: the mask, lq, lk and the query-head group.
 type MaskKey = (AttnMask, usize, usize, usize);
+
+/// CUDA graphs of steps as `DSPARK_CUDA_GRAPHS` says (built with the `cuda` feature).
+fn graphs_from_env() -> bool {
+    #[cfg(feature = "cuda")]
+    return cuda_ops::graphs_enabled();
+    #[cfg(not(feature = "cuda"))]
+    false
+}
 
 fn own_kernels_from_env() -> bool {
     std::env::var("DSPARK_CPU_KERNELS").map_or(true, |v| v != "0")
@@ -89,8 +104,11 @@ impl CandleBackend {
             own_kernels: own_kernels_from_env(),
             cpu_device_argmax: false,
             cpu_fused_swiglu: false,
+            step_graphs: false,
             report: Default::default(),
             last_mask: Default::default(),
+            #[cfg(feature = "cuda")]
+            graphs: Default::default(),
         }
     }
 
@@ -115,9 +133,19 @@ impl CandleBackend {
             cpu_fused_swiglu: false,
             own_kernels: cfg!(feature = "cuda")
                 && std::env::var("DSPARK_CUDA_KERNELS").map_or(true, |v| v != "0"),
+            step_graphs: graphs_from_env(),
             report: Default::default(),
             last_mask: Default::default(),
+            #[cfg(feature = "cuda")]
+            graphs: Default::default(),
         })
+    }
+
+    /// Short forwards as fixed-shape steps (CUDA graphs on a GPU; on the CPU the same model
+    /// path without graphs, so that CPU tests cover it). See `step_graphs`.
+    pub fn with_step_graphs(mut self, on: bool) -> Self {
+        self.step_graphs = on;
+        self
     }
 
     pub fn with_dtype(mut self, dtype: DType) -> Self {
@@ -197,6 +225,29 @@ impl CandleBackend {
     /// Our CUDA kernels apply (CUDA device, built with them, not turned off).
     pub(super) fn cuda_kernels(&self) -> bool {
         self.own_kernels && self.device.is_cuda()
+    }
+
+    /// How many steps were captured as CUDA graphs, replayed, or failed to capture.
+    #[cfg(feature = "cuda")]
+    pub fn step_graph_stats(&self) -> cuda_ops::GraphStats {
+        self.graphs.stats()
+    }
+
+    /// The step under capture, whose ops read the position and ids on the device.
+    #[cfg(feature = "cuda")]
+    pub(super) fn live_step(&self) -> Option<cuda_ops::Live> {
+        self.graphs.live()
+    }
+
+    /// An error for an op that would bake a host position into a captured step.
+    #[cfg(feature = "cuda")]
+    fn not_capturable(&self, op: &str) -> BResult<()> {
+        match self.live_step() {
+            Some(_) => Err(err(candle_core::Error::Msg(format!(
+                "{op} cannot run inside a captured step"
+            )))),
+            None => Ok(()),
+        }
     }
 
     fn dense_f32_host(&self, host: &HostTensor) -> BResult<Tensor> {
@@ -361,6 +412,16 @@ impl Backend for CandleBackend {
     fn embedding_ids(&self, table: &Tensor, ids: &[u32], shape: &[usize]) -> BResult<Tensor> {
         let _p = profile::span("embedding");
         check_ids(table, ids)?;
+        #[cfg(feature = "cuda")]
+        if let Some(live) = self.live_step() {
+            // a captured step reads its ids from the input buffer (checked on every replay)
+            let dev_ids = live
+                .ids
+                .narrow(0, 0, ids.len())
+                .and_then(|t| t.reshape(shape))
+                .map_err(err)?;
+            return gather(table, &dev_ids);
+        }
         gather(table, &self.from_u32(ids, shape)?)
     }
 
@@ -400,6 +461,8 @@ impl Backend for CandleBackend {
     }
 
     fn rope(&self, x: &Tensor, rope: &CandleRope, start: usize) -> BResult<Tensor> {
+        #[cfg(feature = "cuda")]
+        self.not_capturable("a rotation at a host position")?;
         self.rotate(x, rope, start)
     }
 
@@ -410,6 +473,8 @@ impl Backend for CandleBackend {
         rope: &CandleRope,
         start: usize,
     ) -> BResult<Tensor> {
+        #[cfg(feature = "cuda")]
+        self.not_capturable("a rotation at a host position")?;
         #[cfg(feature = "cuda")]
         if let Some(out) = self.cuda_norm_rope(&y, norm, rope, start) {
             return out;
@@ -536,6 +601,44 @@ impl Backend for CandleBackend {
         self.cpu_kernels() || self.cuda_kernels()
     }
 
+    fn step_graph_rows(&self) -> usize {
+        const CPU_STEP_ROWS: usize = 16;
+        if !self.step_graphs {
+            return 0;
+        }
+        if self.device.is_cpu() {
+            return CPU_STEP_ROWS;
+        }
+        #[cfg(feature = "cuda")]
+        if self.cuda_kernels()
+            && cuda_ops::qkv_rope_store_enabled()
+            && matches!(self.dtype, DType::F32 | DType::BF16)
+        {
+            return cuda_ops::ROWS_MAX;
+        }
+        0
+    }
+
+    fn run_step(
+        &self,
+        key: &super::StepKey,
+        ids: &[u32],
+        start: usize,
+        step: &mut dyn FnMut() -> BResult<Vec<Tensor>>,
+    ) -> BResult<Vec<Tensor>> {
+        #[cfg(feature = "cuda")]
+        if self.device.is_cuda() && self.step_graph_rows() >= ids.len() {
+            // the body's errors cross candle's error type and back with their message
+            let mut body = || step().map_err(|e| candle_core::Error::Msg(e.message));
+            return self
+                .graphs
+                .run(&self.device, key, ids, start, &mut body)
+                .map_err(err);
+        }
+        let _ = (key, ids, start);
+        step()
+    }
+
     fn device_argmax(&self) -> bool {
         // our argmax kernel (the host's tie rule) takes f32 and bf16 logits; candle's own
         // argmax, used for f16, is not held to that rule
@@ -583,6 +686,8 @@ impl Backend for CandleBackend {
         offset: usize,
     ) -> BResult<Tensor> {
         let _p = profile::span("kv_write");
+        #[cfg(feature = "cuda")]
+        self.not_capturable("a cache write at a host position")?;
         #[cfg(feature = "cuda")]
         if self.cuda_kernels()
             && dim == 2

@@ -13,13 +13,28 @@
 // Split s covers keys [128 s, 128 s + 128); a block computes one (split, head, row): each of its
 // 4 warps scores 32 keys, takes their max and sum of exponentials, and accumulates values key
 // by key; the warps then merge in order. The combine kernel merges the splits in order.
+// `step`, when set, points at the step's first position on the device (a replayed graph's
+// input, see `live_step`); null: `lk` and `off` are the host's.
 struct AttnArgs {
+    const int* step;
     long q_b, q_h, q_r;  // strides (elements) of q over batch, head, row; inner stride 1
     long k_b, k_h, k_r;
     long v_b, v_h, v_r;
     int hq, hkv, lq, lk, d, kind, off, window, splits, vec;
     float scale;
 };
+
+// A replayed step (`a.step` set; causal or full, no sliding window): the grid and `splits` (the
+// scratch stride) cover the cache's capacity, the live keys end at the step's last row. Splits past them
+// see no key and write an empty (max -inf) entry, which the combine skips, so the result is the
+// bits of a launch sized for the live keys. The position is written before the graph starts and
+// no kernel writes it, so it may be read before the PDL wait.
+__device__ __forceinline__ void live_step(AttnArgs& a) {
+    if (a.step != nullptr) {
+        a.off = *a.step;
+        a.lk = a.off + a.lq;
+    }
+}
 
 __device__ __forceinline__ void visible(const AttnArgs& a, int i, int& lo, int& hi) {
     if (a.kind == 0) { lo = 0; hi = a.lk - 1; return; }
@@ -174,6 +189,7 @@ __device__ void attn_combine(const float* __restrict__ scratch, T* __restrict__ 
 #define ATTN_SPLIT(NAME, T, LPK)                                                              \
     extern "C" __global__ void NAME(const T* q, const T* k, const T* v, float* scratch,        \
                                     AttnArgs a) {                                              \
+        live_step(a);                                                                          \
         pdl_enter();                                                                           \
         attn_split<T, LPK>(q, k, v, scratch, a);                                               \
     }
@@ -188,10 +204,12 @@ ATTN_SPLIT(attn_split_bf16_l4, __nv_bfloat16, 4)
 ATTN_SPLIT(attn_split_bf16_l8, __nv_bfloat16, 8)
 ATTN_SPLIT(attn_split_bf16_l16, __nv_bfloat16, 16)
 extern "C" __global__ void attn_combine_f32(const float* scratch, float* o, AttnArgs a) {
+    live_step(a);
     pdl_enter();
     attn_combine<float>(scratch, o, a);
 }
 extern "C" __global__ void attn_combine_bf16(const float* scratch, __nv_bfloat16* o, AttnArgs a) {
+    live_step(a);
     pdl_enter();
     attn_combine<__nv_bfloat16>(scratch, o, a);
 }

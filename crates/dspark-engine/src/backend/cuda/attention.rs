@@ -21,6 +21,7 @@ const SPLIT: usize = 128;
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 struct AttnArgs {
+    step: u64,
     q_b: i64,
     q_h: i64,
     q_r: i64,
@@ -51,6 +52,9 @@ unsafe impl DeviceRepr for AttnArgs {}
 pub struct CacheAttention {
     pub mask: AttnMask,
     pub scale: f32,
+    /// A captured step's device position (`graph.rs`): the kernels take the live key count and
+    /// the causal offset from it, over a grid that covers the cache's whole capacity.
+    pub step: Option<u64>,
 }
 
 fn strides4(l: &Layout, what: &str) -> Result<(i64, i64, i64)> {
@@ -110,10 +114,34 @@ impl CustomOp3 for CacheAttention {
             return Err(msg("attention: q, k, v dtypes differ"));
         }
         let sfx = suffix(dt, "attention")?;
-        let splits = lk.div_ceil(SPLIT);
         let (q_b, q_h, q_r) = strides4(ql, "q")?;
         let (k_b, k_h, k_r) = strides4(kl, "k")?;
         let (v_b, v_h, v_r) = strides4(vl, "v")?;
+        // a captured step reads its keys' count on the device: size everything for the capacity
+        // of the cache the views come from (`[1, hkv, cap, d]` buffers)
+        let lk = match self.step {
+            None => lk,
+            Some(_) => {
+                let cap = if k_r > 0 && k_h % k_r == 0 {
+                    k_h / k_r
+                } else {
+                    0
+                } as usize;
+                let fits = b == 1
+                    && matches!(self.mask, AttnMask::Causal { .. } | AttnMask::None)
+                    && cap >= lk
+                    && (k_h, k_r) == (v_h, v_r);
+                if !fits {
+                    return Err(msg(format!(
+                        "attention: a captured step needs causal or full attention over one \
+                         cache ({b} sequences, {lk} keys, mask {:?})",
+                        self.mask
+                    )));
+                }
+                cap
+            }
+        };
+        let splits = lk.div_ceil(SPLIT);
         // 16-byte loads of 16 values: every row start aligned (bf16: 8 elements, f32: 4)
         let al = if dt == DType::BF16 { 8 } else { 4 };
         let vec = [q_b, q_h, q_r, k_b, k_h, k_r].iter().all(|&x| x % al == 0)
@@ -128,6 +156,7 @@ impl CustomOp3 for CacheAttention {
             && vl.start_offset().is_multiple_of(8)
             && mma_enabled();
         let args = AttnArgs {
+            step: self.step.unwrap_or(0),
             q_b,
             q_h,
             q_r,

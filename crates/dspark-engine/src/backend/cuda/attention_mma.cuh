@@ -179,6 +179,7 @@ __device__ void attn_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat1
     extern "C" __global__ void __launch_bounds__(128)                                         \
         attn_mma_bf16_d##D(const __nv_bfloat16* q, const __nv_bfloat16* k,                    \
                            const __nv_bfloat16* v, float* scratch, AttnArgs a) {              \
+        live_step(a);                                                                         \
         pdl_enter();                                                                          \
         attn_mma<D>(q, k, v, scratch, a);                                                     \
     }

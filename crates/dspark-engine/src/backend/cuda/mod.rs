@@ -16,7 +16,8 @@
 //! - [`QkvRopeStore`] (`qkv_store.rs`): a layer's attention inputs in one launch (queries normed
 //!   and rotated, keys normed and rotated into the key cache, values into the value cache);
 //!
-//! all put on the stream with programmatic dependent launch (`launch.rs`).
+//! all put on the stream with programmatic dependent launch (`launch.rs`); a model's fixed-shape
+//! steps are captured as CUDA graphs and replayed ([`StepGraphs`], `graph.rs`).
 
 use candle_core::cuda::cudarc::driver::CudaView;
 use candle_core::cuda::CudaDType;
@@ -76,6 +77,7 @@ fn load_func(
 mod attention;
 mod cache_write;
 mod gemm;
+mod graph;
 mod launch;
 mod qkv_store;
 mod rope;
@@ -84,6 +86,7 @@ mod rows;
 pub use attention::CacheAttention;
 pub use cache_write::CacheWrite;
 pub use gemm::RowsGemm;
+pub use graph::{enabled as graphs_enabled, GraphStats, Live, StepGraphs};
 pub use qkv_store::{enabled as qkv_rope_store_enabled, QkvRopeStore};
 pub use rope::NormRope;
 pub use rows::{AddRmsNorm, ArgmaxRows, RmsNorm, Swiglu};

@@ -24,6 +24,7 @@ pub fn enabled() -> bool {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 struct QkvStoreArgs {
+    step: u64,
     sq: i64,
     sk: i64,
     sv: i64,
@@ -59,6 +60,9 @@ pub struct QkvRopeStore<'a> {
     /// nothing of it is read, and the result is `[1, 0, L, d]` (a drafter's context keys and
     /// values).
     pub queries: bool,
+    /// A captured step's device position (`graph.rs`): it replaces `start` and `at` when the
+    /// graph is replayed (the cache's row 0 is position 0).
+    pub step: Option<u64>,
 }
 
 /// Whether `t` is `[1, L, heads, d]` with rows of `d` at a unit stride, heads `d` apart.
@@ -160,6 +164,7 @@ impl CustomOp3 for QkvRopeStore<'_> {
         }
         let cap = kc[2];
         let args = QkvStoreArgs {
+            step: self.step.unwrap_or(0),
             sq: ql.stride()[1] as i64,
             sk: kl.stride()[1] as i64,
             sv: vl.stride()[1] as i64,

@@ -79,7 +79,10 @@ extern "C" __global__ void norm_rope_bf16(const __nv_bfloat16* x, const __nv_bfl
 // into the value cache ([h, cap, d] each, rows at..at + L). Block r: position r / (hq + 2 hkv),
 // then head r % (hq + 2 hkv) over queries, keys, values. Each row's arithmetic is
 // `norm_rope_row`'s, so the bits are those of the separate norm_rope and cache writes.
+// `step`, when set, points at the step's first position on the device (a replayed graph's
+// input): it replaces `start` and `at` (a cache whose row 0 is position 0).
 struct QkvStoreArgs {
+    const int* step;
     long sq, sk, sv;  // position strides of the [L, heads, d] sources (head stride d, inner 1)
     int hq, hkv, len, d, start, interleaved, cap, at;
     float eps;
@@ -91,6 +94,7 @@ __device__ void qkv_rope_store(const T* __restrict__ yq, const T* __restrict__ y
                                const T* __restrict__ kw, const T* __restrict__ cos,
                                const T* __restrict__ sin, T* __restrict__ q, T* __restrict__ kc,
                                T* __restrict__ vc, QkvStoreArgs a) {
+    if (a.step != nullptr) a.start = a.at = *a.step;  // written before the graph; no kernel writes it
     const int per = a.hq + 2 * a.hkv;
     const int l = blockIdx.x / per, j = blockIdx.x % per;
     PairConsts k = {};
