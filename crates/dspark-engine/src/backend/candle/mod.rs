@@ -10,6 +10,7 @@ mod attention;
 mod cuda_rows;
 mod linear;
 mod rope;
+mod steps;
 
 use candle_core::{DType as CDType, Device, Tensor, D};
 
@@ -68,14 +69,6 @@ pub struct CandleBackend {
 /// What an attention mask tensor is a function of: the mask, lq, lk and the query-head group.
 type MaskKey = (AttnMask, usize, usize, usize);
 
-/// CUDA graphs of steps as `DSPARK_CUDA_GRAPHS` says (built with the `cuda` feature).
-fn graphs_from_env() -> bool {
-    #[cfg(feature = "cuda")]
-    return cuda_ops::graphs_enabled();
-    #[cfg(not(feature = "cuda"))]
-    false
-}
-
 fn own_kernels_from_env() -> bool {
     std::env::var("DSPARK_CPU_KERNELS").map_or(true, |v| v != "0")
 }
@@ -133,19 +126,12 @@ impl CandleBackend {
             cpu_fused_swiglu: false,
             own_kernels: cfg!(feature = "cuda")
                 && std::env::var("DSPARK_CUDA_KERNELS").map_or(true, |v| v != "0"),
-            step_graphs: graphs_from_env(),
+            step_graphs: steps::graphs_from_env(),
             report: Default::default(),
             last_mask: Default::default(),
             #[cfg(feature = "cuda")]
             graphs: Default::default(),
         })
-    }
-
-    /// Short forwards as fixed-shape steps (CUDA graphs on a GPU; on the CPU the same model
-    /// path without graphs, so that CPU tests cover it). See `step_graphs`.
-    pub fn with_step_graphs(mut self, on: bool) -> Self {
-        self.step_graphs = on;
-        self
     }
 
     pub fn with_dtype(mut self, dtype: DType) -> Self {
@@ -225,29 +211,6 @@ impl CandleBackend {
     /// Our CUDA kernels apply (CUDA device, built with them, not turned off).
     pub(super) fn cuda_kernels(&self) -> bool {
         self.own_kernels && self.device.is_cuda()
-    }
-
-    /// How many steps were captured as CUDA graphs, replayed, or failed to capture.
-    #[cfg(feature = "cuda")]
-    pub fn step_graph_stats(&self) -> cuda_ops::GraphStats {
-        self.graphs.stats()
-    }
-
-    /// The step under capture, whose ops read the position and ids on the device.
-    #[cfg(feature = "cuda")]
-    pub(super) fn live_step(&self) -> Option<cuda_ops::Live> {
-        self.graphs.live()
-    }
-
-    /// An error for an op that would bake a host position into a captured step.
-    #[cfg(feature = "cuda")]
-    fn not_capturable(&self, op: &str) -> BResult<()> {
-        match self.live_step() {
-            Some(_) => Err(err(candle_core::Error::Msg(format!(
-                "{op} cannot run inside a captured step"
-            )))),
-            None => Ok(()),
-        }
     }
 
     fn dense_f32_host(&self, host: &HostTensor) -> BResult<Tensor> {
@@ -602,21 +565,7 @@ impl Backend for CandleBackend {
     }
 
     fn step_graph_rows(&self) -> usize {
-        const CPU_STEP_ROWS: usize = 16;
-        if !self.step_graphs {
-            return 0;
-        }
-        if self.device.is_cpu() {
-            return CPU_STEP_ROWS;
-        }
-        #[cfg(feature = "cuda")]
-        if self.cuda_kernels()
-            && cuda_ops::qkv_rope_store_enabled()
-            && matches!(self.dtype, DType::F32 | DType::BF16)
-        {
-            return cuda_ops::ROWS_MAX;
-        }
-        0
+        self.graph_rows()
     }
 
     fn run_step(
@@ -626,17 +575,7 @@ impl Backend for CandleBackend {
         start: usize,
         step: &mut dyn FnMut() -> BResult<Vec<Tensor>>,
     ) -> BResult<Vec<Tensor>> {
-        #[cfg(feature = "cuda")]
-        if self.device.is_cuda() && self.step_graph_rows() >= ids.len() {
-            // the body's errors cross candle's error type and back with their message
-            let mut body = || step().map_err(|e| candle_core::Error::Msg(e.message));
-            return self
-                .graphs
-                .run(&self.device, key, ids, start, &mut body)
-                .map_err(err);
-        }
-        let _ = (key, ids, start);
-        step()
+        self.run_fixed_step(key, ids, start, step)
     }
 
     fn device_argmax(&self) -> bool {
