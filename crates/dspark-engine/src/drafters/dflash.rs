@@ -6,7 +6,7 @@
 
 use rand::RngCore;
 
-use crate::backend::{BResult, Backend, StepKey};
+use crate::backend::{BResult, Backend};
 use crate::constrain::Drafting;
 use crate::error::EngineError;
 use crate::model::kv_injection::KvInjectionNet;
@@ -140,24 +140,13 @@ impl<B: Backend> Drafter<B> for DFlash<B> {
         block[0] = pending;
         let n = max.min(bs - 1);
         let softcap = self.net.cfg.final_logit_softcapping;
-        // the block forward is a fixed-shape step (a replayed graph on a GPU) when the context
-        // cache has room for the block
-        let logits = if bs <= b.step_graph_rows() && self.net.reserve_block()? {
-            let key = StepKey {
-                who: "dflash",
-                cache: self.net.ctx_buffers_id(),
-                rows: bs,
-                shape: vec![n],
-            };
-            let net = &mut self.net;
-            let mut step = || Ok(vec![draft_logits(net, target, &block, n, softcap)?]);
-            let mut outs = b.run_step(&key, &block, pos, &mut step)?;
-            outs.pop().ok_or_else(|| {
-                EngineError::Invalid("the dflash block step returned no logits".into())
-            })?
-        } else {
-            draft_logits(&mut self.net, target, &block, n, softcap)?
-        };
+        let mut forward =
+            |net: &mut KvInjectionNet<B>| Ok(vec![draft_logits(net, target, &block, n, softcap)?]);
+        let logits = self
+            .net
+            .block_step("dflash", &block, vec![n], &mut forward)?
+            .pop()
+            .ok_or_else(|| EngineError::Invalid("the dflash block step gave no logits".into()))?;
         if plain_greedy(sampling) && b.device_argmax() {
             return Ok(Proposal {
                 tokens: b.to_u32_vec(&b.argmax_last(&logits)?)?,

@@ -13,7 +13,7 @@
 use rand::RngCore;
 use serde_json::Value;
 
-use crate::backend::{BResult, Backend, DType, StepKey};
+use crate::backend::{BResult, Backend, DType};
 use crate::constrain::Drafting;
 use crate::drafters::dflash::choose_one;
 use crate::error::EngineError;
@@ -310,31 +310,18 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
             embed: self.embed.as_ref(),
             lm_head: self.lm_head.as_ref(),
         };
-        // the block forward is a fixed-shape step (a replayed graph on a GPU) when the context
-        // cache has room for the block
-        let (logits, rows) = if g <= b.step_graph_rows() && self.net.reserve_block()? {
-            let key = StepKey {
-                who: "dspark",
-                cache: self.net.ctx_buffers_id(),
-                rows: g,
-                shape: vec![n],
-            };
-            let net = &mut self.net;
-            let mut step = || {
-                let (logits, rows) = parts.draft_logits(net, target, &block, n)?;
-                Ok(vec![logits, rows])
-            };
-            let mut outs = b.run_step(&key, &block, pos, &mut step)?.into_iter();
-            match (outs.next(), outs.next()) {
-                (Some(l), Some(r)) => (l, r),
-                _ => {
-                    return Err(EngineError::Invalid(
-                        "the dspark block step returned no logits".into(),
-                    ))
-                }
-            }
-        } else {
-            parts.draft_logits(&mut self.net, target, &block, n)?
+        let mut forward = |net: &mut KvInjectionNet<B>| {
+            let (logits, rows) = parts.draft_logits(net, target, &block, n)?;
+            Ok(vec![logits, rows])
+        };
+        let mut outs = self
+            .net
+            .block_step("dspark", &block, vec![n], &mut forward)?
+            .into_iter();
+        let (Some(logits), Some(rows)) = (outs.next(), outs.next()) else {
+            return Err(EngineError::Invalid(
+                "the dspark block step gave no logits".into(),
+            ));
         };
         let (mut tokens, mut qs, prevs) = if plain_greedy(sampling) && b.device_argmax() {
             let (tokens, prevs) = self.greedy_on_device(b, &logits, n, pending)?;

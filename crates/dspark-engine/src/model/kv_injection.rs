@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use crate::backend::{AttnMask, BResult, Backend, RopeSpec, RopeStyle};
+use crate::backend::{AttnMask, BResult, Backend, RopeSpec, RopeStyle, StepKey};
 use crate::kv::KvCache;
 use crate::model::config::Fields;
 use crate::model::drafter_gemma::DrafterGemma;
@@ -273,16 +273,29 @@ impl<B: Backend> KvInjectionNet<B> {
         Ok(())
     }
 
-    /// Makes room in the context cache for a block at its end, so that [`Self::block`] writes
-    /// in place; `false` where that cannot be promised ([`KvCache::reserve`]).
-    pub fn reserve_block(&mut self) -> BResult<bool> {
-        let n = self.ctx.len() + self.cfg.block_size;
-        self.ctx.reserve(&self.backend, n)
-    }
-
-    /// [`KvCache::buffers_id`] of the context cache: what a captured block forward writes.
-    pub fn ctx_buffers_id(&self) -> (u64, u64) {
-        self.ctx.buffers_id()
+    /// Runs `forward` (a block forward over this context: the block `block` at positions
+    /// `ctx_len()..`, through [`Self::block`]) as a fixed-shape step where the backend has them
+    /// ([`Backend::run_step`]: a replayed graph on a GPU) and the context cache has room for the
+    /// block, else directly. `who` and `shape` complete the step's key.
+    pub fn block_step(
+        &mut self,
+        who: &'static str,
+        block: &[u32],
+        shape: Vec<usize>,
+        forward: &mut dyn FnMut(&mut Self) -> BResult<Vec<B::Tensor>>,
+    ) -> BResult<Vec<B::Tensor>> {
+        let b = self.backend.clone();
+        let pos = self.ctx.len();
+        if block.len() > b.step_graph_rows() || !self.ctx.reserve(&b, pos + block.len())? {
+            return forward(self);
+        }
+        let key = StepKey {
+            who,
+            cache: self.ctx.buffers_id(),
+            rows: block.len(),
+            shape,
+        };
+        b.run_step(&key, block, pos, &mut || forward(self))
     }
 
     /// Runs a block of embeddings `x [1, L, H]` at positions `ctx_len()..` over the context;

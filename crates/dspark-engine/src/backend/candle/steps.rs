@@ -35,6 +35,9 @@ impl CandleBackend {
     /// The step under capture, whose ops read the position and ids on the device.
     #[cfg(feature = "cuda")]
     pub(super) fn live_step(&self) -> Option<cuda_ops::Live> {
+        if !self.step_graphs {
+            return None;
+        }
         self.graphs.live()
     }
 

@@ -21,7 +21,8 @@
 //! replay gives the eager step's bits (`tests/tests/cuda_graphs.rs` on the GPU).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use candle_core::cuda::cudarc::driver::{sys, CudaGraph, DevicePtr};
 use candle_core::{CudaDevice, DType, Device, Result, Storage, Tensor};
@@ -92,6 +93,13 @@ pub struct StepGraphs {
     /// Set while a step is being captured, with the capturing thread (another thread's ops,
     /// which the capture does not record, keep their host values).
     live: Mutex<Option<(std::thread::ThreadId, Live)>>,
+    /// Whether `live` is set: every op asks, so the common answer costs no lock.
+    capturing: AtomicBool,
+}
+
+/// `m` locked (a poisoned lock is taken as it is: the state stays consistent between calls).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn cuda_err(e: impl std::fmt::Debug) -> candle_core::Error {
@@ -114,7 +122,7 @@ fn address(t: &Tensor, dev: &CudaDevice) -> Result<u64> {
 
 impl std::fmt::Debug for StepGraphs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let st = lock(&self.state);
         f.debug_struct("StepGraphs")
             .field("graphs", &st.graphs.len())
             .field("failed", &st.failed.len())
@@ -125,7 +133,10 @@ impl std::fmt::Debug for StepGraphs {
 impl StepGraphs {
     /// The capture in progress, if any: ops then read the position and ids on the device.
     pub fn live(&self) -> Option<Live> {
-        let g = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.capturing.load(Ordering::Acquire) {
+            return None;
+        }
+        let g = lock(&self.live);
         match &*g {
             Some((t, l)) if *t == std::thread::current().id() => Some(l.clone()),
             _ => None,
@@ -133,7 +144,7 @@ impl StepGraphs {
     }
 
     pub fn stats(&self) -> GraphStats {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).stats
+        lock(&self.state).stats
     }
 
     /// Writes `[start, ids..]` into the input buffer, in stream order.
@@ -176,7 +187,7 @@ impl StepGraphs {
             return body();
         }
         {
-            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = lock(&self.state);
             if st.failed.contains(&(key.who, key.rows, key.shape.clone())) {
                 drop(st);
                 return body();
@@ -209,7 +220,7 @@ impl StepGraphs {
                 if std::env::var_os("DSPARK_CUDA_GRAPHS_LOG").is_some() {
                     eprintln!("dspark: step {key:?} runs without a graph: {e}");
                 }
-                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut st = lock(&self.state);
                 st.failed.insert((key.who, key.rows, key.shape.clone()));
                 st.stats.failed += 1;
                 Ok(eager)
@@ -227,7 +238,7 @@ impl StepGraphs {
         body: &mut dyn FnMut() -> Result<Vec<Tensor>>,
     ) -> Result<Vec<Tensor>> {
         let inputs = {
-            let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let st = lock(&self.state);
             st.inputs.clone().expect("made before the first capture")
         };
         let live = Live {
@@ -238,10 +249,11 @@ impl StepGraphs {
         stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(cuda_err)?;
-        *self.live.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some((std::thread::current().id(), live));
+        *lock(&self.live) = Some((std::thread::current().id(), live));
+        self.capturing.store(true, Ordering::Release);
         let built = body();
-        *self.live.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.capturing.store(false, Ordering::Release);
+        *lock(&self.live) = None;
         let graph = stream.end_capture(
             sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
         );
@@ -262,7 +274,7 @@ impl StepGraphs {
         };
         Self::write_inputs(dev, &inputs, start, ids)?;
         graph.launch().map_err(cuda_err)?;
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = lock(&self.state);
         // the same cache's graphs over replaced buffers can never run again
         st.graphs
             .retain(|k, _| k.cache.0 != key.cache.0 || k.cache.1 == key.cache.1);
