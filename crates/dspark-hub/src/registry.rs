@@ -183,8 +183,9 @@ macro_rules! variants {
 /// Why Gemma 4 entries cannot be loaded yet.
 const GEMMA_UNAVAILABLE: &str =
     "Gemma 4 12B is not enabled yet: the engine's gemma4 model (its `gemma4_unified` class \
-     included) is checked only on tiny random checkpoints, and no 12B checkpoint has been \
-     loaded to verify it; its RAM estimate uses the published config";
+     included) matches transformers on tiny random checkpoints and loads and runs a random \
+     checkpoint of the published 12B shape on CUDA, but no real 12B checkpoint has been loaded \
+     to verify its weights and chat template; its RAM estimate uses the published config";
 
 /// The name under which the demo model is requested.
 pub const DEMO: &str = "demo";
