@@ -16,10 +16,11 @@ the directory; prompts are given as ids). `reference` loads DIR in f32 on the GP
 writes each prompt's greedy tokens (eos never stops) and its last prompt position's top logits.
 
 Weights are scaled like scripts/fixtures/make_gemma_tiny.py's (1/sqrt(fan_in), norms around 1,
-random layer scalars) except the post-sublayer norms, which are moderate (0.8 +- 20%,
+random layer scalars) except the post-sublayer norms, which are damped (0.25 +- 20%,
 `POST_NORM`): each layer then moves the residual less, so that rounding differences do not grow
 through 48 layers (`reference` reports the largest logit difference between f64 and f32 as the
-check of that).
+check of that). At 0.25 greedy repeats one token per prompt; on 48-layer toys 0.8 and 1.2 stayed
+well-conditioned with varied tokens.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ import torch
 LAYERS = 48
 FULL_EVERY = 6
 # scale of the post-attention / post-feedforward norm weights (see `make`)
-POST_NORM = float(os.environ.get("POST_NORM", "0.8"))
+POST_NORM = float(os.environ.get("POST_NORM", "0.25"))
 
 
 def config(smoke: bool = False):
@@ -76,7 +77,7 @@ def make(args) -> None:
             if name.endswith("post_attention_layernorm.weight") or name.endswith("post_feedforward_layernorm.weight"):
                 # moderate sublayer outputs: a 48-layer random net with strong ones (3 +- 0.5,
                 # as the tiny fixture has) is chaotic, rounding alone (f32 against f64 in
-                # transformers) moved its logits by 0.1-0.3; at 0.25 greedy repeats one token
+                # transformers) moved its logits by 0.1-0.3
                 v = POST_NORM * (1.0 + 0.2 * r)
             elif name.endswith("norm.weight"):
                 v = 1.0 + 0.2 * r
