@@ -64,24 +64,9 @@ if [ $HF = 1 ]; then
   [ $Q8B = 1 ] || [ $TESTS = 1 ] || exit 0
 fi
 BIN=/tmp/dspark-cuda
-unxz() { # xz, or Python's lzma where the image has no xz
-  if command -v xz >/dev/null; then xz -dc "$1"; else
-    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$1"
-  fi
-}
+. scripts/cuda-run-env.sh
 mkdir -p $BIN && unxz "$PACK" | tar -xf - -C $BIN || exit 1
-# cuBLAS, cuRAND, NVRTC and cudart from the PyTorch venv's nvidia-* wheels; libcuda from the driver
-LIBS=$(python3 - <<'EOF'
-import glob, os
-import nvidia
-dirs = set()
-for p in nvidia.__path__:
-    for so in glob.glob(os.path.join(p, "**", "lib*.so*"), recursive=True):
-        dirs.add(os.path.dirname(so))
-print(":".join(sorted(dirs)))
-EOF
-)
-export LD_LIBRARY_PATH=$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+cuda_lib_path
 export DSPARK_TESTS_DIR=$PWD/tests
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

@@ -14,11 +14,7 @@ STAGE=$1 DIR=$2
 LOG=${OUT:-$PWD/target/cuda/run}
 mkdir -p "$LOG" "$DIR"
 NEW=8
-unxz() { # xz, or Python's lzma where the image has no xz
-  if command -v xz >/dev/null; then xz -dc "$1"; else
-    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$1"
-  fi
-}
+. scripts/cuda-run-env.sh
 case $STAGE in
   make)
     unxz "$3" >/tmp/gemma-tokenizer.json || exit 1
@@ -45,11 +41,7 @@ EOF
     PACK=${3:-target/cuda/carry/cuda-bins.tar.xz}
     BIN=/tmp/dspark-cuda
     mkdir -p $BIN && unxz "$PACK" | tar -xf - -C $BIN || exit 1
-    LIBS=$(python3 -c '
-import glob, os, nvidia
-print(":".join(sorted({os.path.dirname(s) for p in nvidia.__path__
-                       for s in glob.glob(os.path.join(p, "**", "lib*.so*"), recursive=True)})))')
-    export LD_LIBRARY_PATH=$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    cuda_lib_path
     for dt in f32 bf16; do
       nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"/tmp/mem-$dt.txt" &
       smi=$!

@@ -10,6 +10,10 @@ f32 greedy tokens on it as the reference for `dspark` (scripts/bench/gemma4-12b-
     python3 gemma4_12b_shape.py make DIR --tokenizer tokenizer.json [--seed N]
     python3 gemma4_12b_shape.py reference DIR --prompts ids.json --new N --out ref.json
 
+`--smoke` (both) checks the script on the CPU at toy sizes of the same layer pattern;
+SMOKE_LAYERS and SMOKE_DIMS ("hidden,ffn,heads,kv_heads,head_dim,global_head_dim,window")
+change them, POST_NORM the post-sublayer norm scale (see below).
+
 `make` writes DIR/{config.json, model-*.safetensors, model.safetensors.index.json,
 tokenizer.json} (a Gemma 3 tokenizer of the same vocabulary size, only so that dspark can load
 the directory; prompts are given as ids). `reference` loads DIR in f32 on the GPU (TF32 off) and

@@ -90,14 +90,14 @@ pub fn gemv<T: Load>(x: &[f32], m: usize, k: usize, w: &[T], n: usize, y: &mut [
     assert_eq!(w.len(), n * k, "gemv: w is not n*k");
     assert_eq!(y.len(), m * n, "gemv: y is not m*n");
     assert!(super::x86::available(), "gemv avx2: CPU lacks AVX2/FMA");
-    let aligned = aligned_copy(x);
-    let x: &[f32] = aligned.as_deref().unwrap_or(x);
-    super::super::column_tasks(y, n, n * k * m, |cols| {
-        if m == 1 {
-            decode(x, k, w, cols)
-        } else {
-            rows(x, m, k, w, cols)
-        }
+    with_aligned(x, |x| {
+        super::super::column_tasks(y, n, n * k * m, |cols| {
+            if m == 1 {
+                decode(x, k, w, cols)
+            } else {
+                rows(x, m, k, w, cols)
+            }
+        })
     });
 }
 
@@ -159,38 +159,35 @@ fn rows<T: Load>(x: &[f32], m: usize, k: usize, w: &[T], cols: &super::super::Co
     }
 }
 
-/// `x` copied to 32-byte alignment when it is not aligned (`None` when it is): a 32-byte load
-/// that straddles two cache lines costs two. The copy changes no arithmetic.
-fn aligned_copy(x: &[f32]) -> Option<AlignedRows> {
+/// Runs `f` on `x`, or on a copy of it at 32-byte alignment when it is not aligned: a 32-byte
+/// load that straddles two cache lines costs two. The copy lives in a buffer this thread reuses
+/// from call to call (a decode step makes a few hundred calls) and changes no arithmetic.
+fn with_aligned<R>(x: &[f32], f: impl FnOnce(&[f32]) -> R) -> R {
     if (x.as_ptr() as usize).is_multiple_of(32) {
-        return None;
+        return f(x);
     }
-    let mut v = vec![Lanes([0.0; 8]); x.len().div_ceil(8)];
-    for (d, s) in v.iter_mut().zip(x.chunks(8)) {
-        d.0[..s.len()].copy_from_slice(s);
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<Lanes>> = const { std::cell::RefCell::new(Vec::new()) };
     }
-    Some(AlignedRows { v, len: x.len() })
-}
-
-/// Activation rows held in 32-byte aligned storage.
-struct AlignedRows {
-    v: Vec<Lanes>,
-    len: usize,
+    SCRATCH.with(|s| {
+        let mut fresh = Vec::new();
+        let mut held = s.try_borrow_mut();
+        // a nested call on this thread (none today) gets a buffer of its own
+        let v = held.as_deref_mut().unwrap_or(&mut fresh);
+        v.clear();
+        v.resize(x.len().div_ceil(8), Lanes([0.0; 8]));
+        // SAFETY: `v` holds `8 * v.len() >= x.len()` contiguous f32 (`Lanes` is `repr(C)` of
+        // `[f32; 8]`, whose size equals its alignment, 32).
+        let a = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut f32, x.len()) };
+        a.copy_from_slice(x);
+        f(a)
+    })
 }
 
 /// Eight f32 lanes aligned as one AVX register.
 #[derive(Clone, Copy)]
 #[repr(C, align(32))]
 struct Lanes([f32; 8]);
-
-impl std::ops::Deref for AlignedRows {
-    type Target = [f32];
-    fn deref(&self) -> &[f32] {
-        // SAFETY: `v` holds `8 * v.len() >= len` contiguous f32 (`Lanes` is `repr(C)` of
-        // `[f32; 8]`, whose size equals its alignment, 32).
-        unsafe { std::slice::from_raw_parts(self.v.as_ptr() as *const f32, self.len) }
-    }
-}
 
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dispatch<T: Load>(
