@@ -329,7 +329,14 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
     } else {
         0
     };
-    let weight_bytes = (cfg.num_params() - cfg.vocab_size * cfg.hidden_size + tied_head) * dsize;
+    // what a decode step streams: every parameter but the embedding table (one row is read),
+    // the table again when it is the tied head; at the bytes the loaded weights really hold
+    // (quantized weights kept packed hold far fewer than the compute dtype's)
+    let streamed = cfg.num_params() - cfg.vocab_size * cfg.hidden_size + tied_head;
+    let weight_bytes = match weights_held_mb {
+        Some(mb) if mb > 0.0 => (mb * 1e6 * streamed as f64 / cfg.num_params() as f64) as usize,
+        _ => streamed * dsize,
+    };
     let bw = a.mem_bandwidth_gbs.unwrap_or_else(memory_bandwidth);
     let ceiling = bw * 1e9 / weight_bytes as f64;
     let mut out = json!({

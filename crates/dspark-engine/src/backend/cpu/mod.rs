@@ -20,10 +20,13 @@ pub mod rope;
 pub mod softmax;
 pub mod swiglu;
 
-/// Whether this x86 CPU has AVX2 and FMA (the level of the `*_avx2` kernels).
+/// Whether this x86 CPU has AVX2, FMA and F16C (the level of the `*_avx2` kernels; every CPU
+/// with AVX2 has F16C too).
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn avx2_fma() -> bool {
-    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c")
 }
 
 /// Below this many multiply-adds a call runs inline: a thread hand-off costs more.

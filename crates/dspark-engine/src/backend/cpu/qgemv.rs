@@ -26,7 +26,7 @@ pub fn qgemv(x: &[f32], m: usize, w: &QPacked, y: &mut [f32]) {
 }
 
 fn run_tiles(y: &mut [f32], m: usize, w: &QPacked, rows: &QRows) {
-    let tile = tile_kernel(w.fmt);
+    let tile = tile_kernel(w);
     super::column_tasks(y, w.n, w.n * w.k * m, |cols| {
         let mut out = [[0f32; COL_TILE]; ROW_TILE];
         for j in (cols.j0..cols.j1).step_by(COL_TILE) {
@@ -51,31 +51,38 @@ fn run_tiles(y: &mut [f32], m: usize, w: &QPacked, rows: &QRows) {
 type TileKernel =
     unsafe fn(&QPacked, usize, &QRows, usize, usize, &mut [[f32; COL_TILE]; ROW_TILE]);
 
-fn tile_kernel(fmt: QFormat) -> TileKernel {
+/// The fastest tile this CPU has for `w`'s format and scale layout.
+fn tile_kernel(w: &QPacked) -> TileKernel {
+    let fmt = w.fmt;
     #[cfg(target_arch = "x86_64")]
     if avx512::available() {
-        return match (fmt.nibbles(), fmt.per16()) {
-            (true, _) => avx512::tile::<true, false>,
-            (false, false) => avx512::tile::<false, false>,
-            (false, true) => avx512::tile::<false, true>,
+        return match (fmt.nibbles(), fmt.per16(), w.half) {
+            (true, _, false) => avx512::tile::<true, false, false>,
+            (true, _, true) => avx512::tile::<true, false, true>,
+            (false, false, false) => avx512::tile::<false, false, false>,
+            (false, false, true) => avx512::tile::<false, false, true>,
+            (false, true, _) => avx512::tile::<false, true, false>,
         };
     }
     #[cfg(target_arch = "x86_64")]
     if super::avx2_fma() {
-        return avx2_tile(fmt);
+        return avx2_tile(fmt, w.half);
     }
     let _ = fmt;
     portable::tile
 }
 
-/// The AVX2 tile for `fmt` (the caller checks the CPU has AVX2 and FMA).
+/// The AVX2 tile for `fmt` with f16 (`half`) or f32 scales (the caller checks the CPU has
+/// AVX2, FMA and F16C).
 #[cfg(target_arch = "x86_64")]
-fn avx2_tile(fmt: QFormat) -> TileKernel {
+fn avx2_tile(fmt: QFormat, half: bool) -> TileKernel {
     use super::qgemv_avx2::tile;
-    match fmt {
-        QFormat::Q8_0 => tile::<false, true, false>,
-        QFormat::Q6K => tile::<false, false, true>,
-        QFormat::Q4_0 | QFormat::Q4_1 | QFormat::Q4K => tile::<true, false, false>,
+    match (fmt, half) {
+        (QFormat::Q8_0, false) => tile::<false, true, false, false>,
+        (QFormat::Q8_0, true) => tile::<false, true, false, true>,
+        (QFormat::Q6K, _) => tile::<false, false, true, false>,
+        (QFormat::Q4_0 | QFormat::Q4_1 | QFormat::Q4K, false) => tile::<true, false, false, false>,
+        (QFormat::Q4_0 | QFormat::Q4_1 | QFormat::Q4K, true) => tile::<true, false, false, true>,
     }
 }
 
@@ -84,14 +91,11 @@ fn min_term(w: &QPacked, j: usize, x: &QRows, r: usize) -> f32 {
     if !w.fmt.has_min() {
         return 0.0;
     }
-    let (mins, ds) = (
-        &w.mins[j * w.nm..(j + 1) * w.nm],
-        &x.dsum[r * x.nm..(r + 1) * x.nm],
-    );
+    let ds = &x.dsum[r * x.nm..(r + 1) * x.nm];
     let mut acc = [0f32; 16];
-    for (mc, dc) in mins.chunks_exact(16).zip(ds.chunks_exact(16)) {
+    for (c, dc) in ds.chunks_exact(16).enumerate() {
         for l in 0..16 {
-            acc[l] += mc[l] * dc[l];
+            acc[l] += w.min(j * w.nm + 16 * c + l) * dc[l];
         }
     }
     acc.iter().sum()
@@ -117,7 +121,7 @@ mod portable {
                 let mut acc = [0f32; 16];
                 for p in 0..w.np {
                     let wc = &w.codes[(col * w.np + p) * cpp..(col * w.np + p + 1) * cpp];
-                    let ws = &w.scales[(col * w.np + p) * spp..];
+                    let ws = (col * w.np + p) * spp;
                     let xb = (r * x.np + p) * 16;
                     let xc = &x.codes[xb * 4..xb * 4 + 64];
                     for (l, a) in acc.iter_mut().enumerate() {
@@ -137,9 +141,9 @@ mod portable {
                         }
                         // lane l: group (l / 4) % 2 is block A or B, l / 8 the half
                         let scale = if spp == 4 {
-                            ws[(l / 8) * 2 + (l / 4) % 2]
+                            w.scale(ws + (l / 8) * 2 + (l / 4) % 2)
                         } else {
-                            ws[(l / 4) % 2]
+                            w.scale(ws + (l / 4) % 2)
                         };
                         *a += s as f32 * (scale * x.scale[xb + l]);
                     }
@@ -174,34 +178,45 @@ mod avx512 {
         }
     }
 
-    /// The 16 lane scales of one pair from its 2 or 4 stored scales.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn scales<const PER16: bool>(p: *const f32) -> __m512 {
+    /// The 16 lane scales of one pair from its 2 or 4 stored scales (2 f16 when `H`).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+    unsafe fn scales<const PER16: bool, const H: bool>(p: *const u8) -> __m512 {
         if PER16 {
             let idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-            _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_loadu_ps(p)))
+            _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_loadu_ps(p as *const f32)))
         } else {
             let idx = _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);
-            let two = _mm_castsi128_ps(_mm_loadl_epi64(p as *const __m128i));
+            let two = if H {
+                _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned()))
+            } else {
+                _mm_castsi128_ps(_mm_loadl_epi64(p as *const __m128i))
+            };
             _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(two))
         }
     }
 
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn min_term(w: &QPacked, j: usize, x: &QRows, r: usize) -> f32 {
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+    unsafe fn min_term<const H: bool>(w: &QPacked, j: usize, x: &QRows, r: usize) -> f32 {
         if !w.fmt.has_min() {
             return 0.0;
         }
-        let (mp, dp) = (w.mins.as_ptr().add(j * w.nm), x.dsum.as_ptr().add(r * x.nm));
+        let mp = w.mins.as_ptr().add(j * w.nm * if H { 2 } else { 4 });
+        let dp = x.dsum.as_ptr().add(r * x.nm);
         let mut acc = _mm512_setzero_ps();
         for b in (0..w.nm).step_by(16) {
-            acc = _mm512_fmadd_ps(_mm512_loadu_ps(mp.add(b)), _mm512_loadu_ps(dp.add(b)), acc);
+            let m = if H {
+                _mm512_cvtph_ps(_mm256_loadu_si256(mp.add(2 * b) as *const __m256i))
+            } else {
+                _mm512_loadu_ps(mp.add(4 * b) as *const f32)
+            };
+            acc = _mm512_fmadd_ps(m, _mm512_loadu_ps(dp.add(b)), acc);
         }
         _mm512_reduce_add_ps(acc)
     }
 
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub unsafe fn tile<const NIB: bool, const PER16: bool>(
+    /// `H`: f16 scales and mins (`w.half`).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+    pub unsafe fn tile<const NIB: bool, const PER16: bool, const H: bool>(
         w: &QPacked,
         j: usize,
         x: &QRows,
@@ -209,24 +224,31 @@ mod avx512 {
         nr: usize,
         out: &mut [[f32; COL_TILE]; ROW_TILE],
     ) {
+        assert_eq!(w.half, H, "tile chosen for the other scale layout");
         // one row streams one column at a time (a single sequential stream prefetches best);
         // the tile never changes an output's arithmetic
         match nr {
             1 => {
                 for (c, o) in out[0].iter_mut().enumerate() {
                     let mut one = [[0f32; COL_TILE]; ROW_TILE];
-                    rows::<1, 1, NIB, PER16>(w, j + c, x, r0, &mut one);
+                    rows::<1, 1, NIB, PER16, H>(w, j + c, x, r0, &mut one);
                     *o = one[0][0];
                 }
             }
-            2 => rows::<2, COL_TILE, NIB, PER16>(w, j, x, r0, out),
-            3 => rows::<3, COL_TILE, NIB, PER16>(w, j, x, r0, out),
-            _ => rows::<4, COL_TILE, NIB, PER16>(w, j, x, r0, out),
+            2 => rows::<2, COL_TILE, NIB, PER16, H>(w, j, x, r0, out),
+            3 => rows::<3, COL_TILE, NIB, PER16, H>(w, j, x, r0, out),
+            _ => rows::<4, COL_TILE, NIB, PER16, H>(w, j, x, r0, out),
         }
     }
 
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn rows<const R: usize, const C: usize, const NIB: bool, const PER16: bool>(
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+    unsafe fn rows<
+        const R: usize,
+        const C: usize,
+        const NIB: bool,
+        const PER16: bool,
+        const H: bool,
+    >(
         w: &QPacked,
         j: usize,
         x: &QRows,
@@ -236,13 +258,14 @@ mod avx512 {
         let (cpp, spp) = (w.codes_per_pair(), w.fmt.scales_per_pair());
         let mut acc = [[_mm512_setzero_ps(); C]; R];
         let wc = w.codes.as_ptr().add(j * w.np * cpp);
-        let ws = w.scales.as_ptr().add(j * w.np * spp);
+        let sw = spp * if H { 2 } else { 4 };
+        let ws = w.scales.as_ptr().add(j * w.np * sw);
         for p in 0..w.np {
             let mut wv = [_mm512_setzero_si512(); C];
             let mut sv = [_mm512_setzero_ps(); C];
             for c in 0..C {
                 wv[c] = codes::<NIB>(wc.add((c * w.np + p) * cpp));
-                sv[c] = scales::<PER16>(ws.add((c * w.np + p) * spp));
+                sv[c] = scales::<PER16, H>(ws.add((c * w.np + p) * sw));
             }
             for (i, acc_r) in acc.iter_mut().enumerate() {
                 let xb = ((r0 + i) * x.np + p) * 16;
@@ -258,7 +281,7 @@ mod avx512 {
         }
         for (i, acc_r) in acc.iter().enumerate() {
             for c in 0..C {
-                out[i][c] = _mm512_reduce_add_ps(acc_r[c]) + min_term(w, j + c, x, r0 + i);
+                out[i][c] = _mm512_reduce_add_ps(acc_r[c]) + min_term::<H>(w, j + c, x, r0 + i);
             }
         }
     }
@@ -312,7 +335,8 @@ mod tests {
             for &(m, kb, n) in &[(1, 3, 300), (5, 2, 97), (3, 1, 5), (9, 1, 41), (4, 6, 8)] {
                 let k = kb * be.max(32);
                 let bytes = random_gguf(fmt, n, k, &mut seed);
-                let w = QPacked::from_gguf(fmt, &bytes, n, k).unwrap();
+                let half = fmt.f16_params() && m % 2 == 1;
+                let w = QPacked::from_gguf_as(fmt, &bytes, n, k, half).unwrap();
                 let x: Vec<f32> = (0..m * k)
                     .map(|_| (rng(&mut seed) % 2000) as f32 / 1000.0 - 1.0)
                     .collect();
@@ -348,19 +372,19 @@ mod tests {
         }
     }
 
-    /// Every SIMD tile this CPU can run, for `fmt`.
-    fn simd_kernels(fmt: QFormat) -> Vec<(&'static str, TileKernel)> {
+    /// Every SIMD tile this CPU can run, for `w`'s format and scale layout.
+    fn simd_kernels(w: &QPacked) -> Vec<(&'static str, TileKernel)> {
         let mut v: Vec<(&'static str, TileKernel)> = Vec::new();
         #[cfg(target_arch = "x86_64")]
         {
             if avx512::available() {
-                v.push(("avx512", tile_kernel(fmt)));
+                v.push(("avx512", tile_kernel(w)));
             }
             if super::super::avx2_fma() {
-                v.push(("avx2", avx2_tile(fmt)));
+                v.push(("avx2", avx2_tile(w.fmt, w.half)));
             }
         }
-        let _ = fmt;
+        let _ = w;
         v
     }
 
@@ -390,38 +414,74 @@ mod tests {
                     }
                 }
             }
-            let w = QPacked::from_gguf(fmt, &bytes, n, k).unwrap();
-            let mut x: Vec<f32> = (0..m * k)
-                .map(|_| (rng(&mut seed) % 200) as f32 / 100.0 - 1.0)
-                .collect();
-            // row 0: ±1 everywhere, so its codes are ±127
-            for (i, v) in x[..k].iter_mut().enumerate() {
-                *v = if i % 3 == 0 { -1.0 } else { 1.0 };
-            }
-            let rows = quantize_rows(&x, m, &w);
-            for (name, kernel) in simd_kernels(fmt) {
-                for j in (0..n).step_by(COL_TILE) {
-                    let (mut want, mut got) =
-                        ([[0f32; COL_TILE]; ROW_TILE], [[0f32; COL_TILE]; ROW_TILE]);
-                    // SAFETY: j < n_pad, rows 0..m exist; the SIMD kernel's features are present.
-                    unsafe { portable::tile(&w, j, &rows, 0, m, &mut want) };
-                    unsafe { kernel(&w, j, &rows, 0, m, &mut got) };
-                    for r in 0..m {
-                        for c in 0..COL_TILE.min(n - j) {
-                            let (a, b) = (want[r][c], got[r][c]);
-                            assert!(
-                                (a - b).abs() <= 1e-5 * (1.0 + a.abs()),
-                                "{name} {fmt:?} [{r},{}]: {b} vs portable {a}",
+            for half in [false, true] {
+                if half && !fmt.f16_params() {
+                    continue;
+                }
+                let w = QPacked::from_gguf_as(fmt, &bytes, n, k, half).unwrap();
+                let mut x: Vec<f32> = (0..m * k)
+                    .map(|_| (rng(&mut seed) % 200) as f32 / 100.0 - 1.0)
+                    .collect();
+                // row 0: ±1 everywhere, so its codes are ±127
+                for (i, v) in x[..k].iter_mut().enumerate() {
+                    *v = if i % 3 == 0 { -1.0 } else { 1.0 };
+                }
+                let rows = quantize_rows(&x, m, &w);
+                for (name, kernel) in simd_kernels(&w) {
+                    for j in (0..n).step_by(COL_TILE) {
+                        let (mut want, mut got) =
+                            ([[0f32; COL_TILE]; ROW_TILE], [[0f32; COL_TILE]; ROW_TILE]);
+                        // SAFETY: j < n_pad, rows 0..m exist; the SIMD kernel's features are present.
+                        unsafe { portable::tile(&w, j, &rows, 0, m, &mut want) };
+                        unsafe { kernel(&w, j, &rows, 0, m, &mut got) };
+                        for r in 0..m {
+                            for c in 0..COL_TILE.min(n - j) {
+                                let (a, b) = (want[r][c], got[r][c]);
+                                assert!(
+                                // f32 summation order only (1.9e-5 seen on Q6_K)
+                                (a - b).abs() <= 5e-5 * (1.0 + a.abs()),
+                                "{name} {fmt:?} (f16 scales {half}) [{r},{}]: {b} vs portable {a}",
                                 j + c
                             );
+                            }
+                            let mut one = [[0f32; COL_TILE]; ROW_TILE];
+                            // SAFETY: as above, one row.
+                            unsafe { kernel(&w, j, &rows, r, 1, &mut one) };
+                            assert_eq!(
+                                one[0], got[r],
+                                "{name} {fmt:?}: row {r} varies with the tile"
+                            );
                         }
-                        let mut one = [[0f32; COL_TILE]; ROW_TILE];
-                        // SAFETY: as above, one row.
-                        unsafe { kernel(&w, j, &rows, r, 1, &mut one) };
-                        assert_eq!(
-                            one[0], got[r],
-                            "{name} {fmt:?}: row {r} varies with the tile"
-                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// f16 and f32 copies of the same scales are the same numbers, so every SIMD tile gives the
+    /// same bits from either layout, for every row count.
+    #[test]
+    fn f16_and_f32_scales_give_the_same_bits() {
+        let mut seed = 17;
+        for fmt in [QFormat::Q8_0, QFormat::Q4_0, QFormat::Q4_1] {
+            let (n, k) = (9, 5 * 32);
+            let bytes = random_gguf(fmt, n, k, &mut seed);
+            let [w16, w32] =
+                [true, false].map(|h| QPacked::from_gguf_as(fmt, &bytes, n, k, h).unwrap());
+            assert!(w16.bytes() < w32.bytes());
+            let x: Vec<f32> = (0..4 * k)
+                .map(|_| (rng(&mut seed) % 2000) as f32 / 1000.0 - 1.0)
+                .collect();
+            let rows = quantize_rows(&x, 4, &w16);
+            let kernels = simd_kernels(&w16).into_iter().zip(simd_kernels(&w32));
+            for ((name, k16), (_, k32)) in kernels {
+                for m in 1..=4 {
+                    for j in (0..n).step_by(COL_TILE) {
+                        let mut got = [[[0f32; COL_TILE]; ROW_TILE]; 2];
+                        // SAFETY: the CPU has each kernel's features; j < n_pad; rows exist.
+                        unsafe { k16(&w16, j, &rows, 0, m, &mut got[0]) };
+                        unsafe { k32(&w32, j, &rows, 0, m, &mut got[1]) };
+                        assert_eq!(got[0], got[1], "{name} {fmt:?} m{m} j{j}");
                     }
                 }
             }
@@ -462,7 +522,7 @@ mod timing {
             }
             let w = QPacked::from_gguf(fmt, &bytes, n, k).unwrap();
             let kernels: [(&str, TileKernel); 2] = [
-                ("dispatched", tile_kernel(fmt)),
+                ("dispatched", tile_kernel(&w)),
                 ("portable", portable::tile),
             ];
             for (name, tile) in kernels {
@@ -526,10 +586,7 @@ mod timing {
             ]);
         }
         mats.push(mk(49152, 576, 99));
-        let bytes: usize = mats
-            .iter()
-            .map(|w| w.codes.len() + 4 * (w.scales.len() + w.mins.len()))
-            .sum();
+        let bytes: usize = mats.iter().map(|w| w.bytes()).sum();
         let x: Vec<f32> = (0..1536).map(|i| (i % 7) as f32 - 3.0).collect();
         let mut y = vec![0f32; 49152];
         for _ in 0..3 {

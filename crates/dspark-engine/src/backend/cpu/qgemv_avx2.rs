@@ -23,13 +23,14 @@ use super::qpack::{COL_TILE, QK};
 const ROW_TILE: usize = 4;
 
 /// Columns `j..j+4` of `w` against rows `r0..r0+nr` of `x`. `NIB`: 4-bit codes; `S8`: 8-bit
-/// codes with zero point 128 (Q8_0); `PER16`: a scale per 16 elements (Q6_K).
+/// codes with zero point 128 (Q8_0); `PER16`: a scale per 16 elements (Q6_K); `H`: scales and
+/// mins stored as f16 (`w.half`), widened exactly to the f32 values the other layout holds.
 ///
 /// # Safety
-/// The CPU has AVX2 and FMA ([`super::avx2_fma`]); `j` is a multiple of [`COL_TILE`] below `w.n_pad`
-/// and rows `r0..r0 + nr` (nr ≤ 4) exist in `x`.
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn tile<const NIB: bool, const S8: bool, const PER16: bool>(
+/// The CPU has AVX2, FMA and F16C ([`super::avx2_fma`]); `w.half == H`; `j` is a multiple of
+/// [`COL_TILE`] below `w.n_pad` and rows `r0..r0 + nr` (nr ≤ 4) exist in `x`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn tile<const NIB: bool, const S8: bool, const PER16: bool, const H: bool>(
     w: &QPacked,
     j: usize,
     x: &QRows,
@@ -37,11 +38,12 @@ pub unsafe fn tile<const NIB: bool, const S8: bool, const PER16: bool>(
     nr: usize,
     out: &mut [[f32; COL_TILE]; ROW_TILE],
 ) {
+    assert_eq!(w.half, H, "tile chosen for the other scale layout");
     if nr == 1 {
         // one row streams one column at a time (one sequential stream prefetches best)
         for (c, o) in out[0].iter_mut().enumerate() {
             let mut one = [[0f32; 2]; 2];
-            rows::<1, 1, NIB, S8, PER16>(w, j + c, x, r0, &mut one);
+            rows::<1, 1, NIB, S8, PER16, H>(w, j + c, x, r0, &mut one);
             *o = one[0][0];
         }
         return;
@@ -53,9 +55,9 @@ pub unsafe fn tile<const NIB: bool, const S8: bool, const PER16: bool>(
         for c in (0..COL_TILE).step_by(2) {
             let mut part = [[0f32; 2]; 2];
             if two {
-                rows::<2, 2, NIB, S8, PER16>(w, j + c, x, r0 + r, &mut part);
+                rows::<2, 2, NIB, S8, PER16, H>(w, j + c, x, r0 + r, &mut part);
             } else {
-                rows::<1, 2, NIB, S8, PER16>(w, j + c, x, r0 + r, &mut part);
+                rows::<1, 2, NIB, S8, PER16, H>(w, j + c, x, r0 + r, &mut part);
             }
             for (i, pr) in part.iter().enumerate().take(if two { 2 } else { 1 }) {
                 out[r + i][c..c + 2].copy_from_slice(pr);
@@ -67,7 +69,7 @@ pub unsafe fn tile<const NIB: bool, const S8: bool, const PER16: bool>(
 
 /// The 64 codes of one pair as two registers of u8 (codes 0‥31, 32‥63); for `S8` as i8 `q`.
 #[inline]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn codes<const NIB: bool, const S8: bool>(p: *const u8) -> (__m256i, __m256i) {
     if NIB {
         let v = _mm256_loadu_si256(p as *const __m256i);
@@ -91,12 +93,21 @@ unsafe fn codes<const NIB: bool, const S8: bool>(p: *const u8) -> (__m256i, __m2
 }
 
 /// Lane scales of a pair: lanes 0-3 block A, 4-7 block B, for codes 0‥31 (`.0`) and 32‥63
-/// (`.1`, the same unless `PER16`).
+/// (`.1`, the same unless `PER16`), from the pair's first stored scale (f16 when `H`).
 #[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn scales<const PER16: bool>(p: *const f32) -> (__m256, __m256) {
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scales<const PER16: bool, const H: bool>(p: *const u8) -> (__m256, __m256) {
+    if H {
+        // two f16 (never PER16: the formats with f16 scales have one per 32)
+        let two = _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned()));
+        let s = _mm256_permutevar8x32_ps(
+            _mm256_castps128_ps256(two),
+            _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
+        );
+        return (s, s);
+    }
     if PER16 {
-        let v = _mm256_castps128_ps256(_mm_loadu_ps(p));
+        let v = _mm256_castps128_ps256(_mm_loadu_ps(p as *const f32));
         (
             _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)),
             _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3)),
@@ -110,34 +121,44 @@ unsafe fn scales<const PER16: bool>(p: *const f32) -> (__m256, __m256) {
 
 /// Sums of four consecutive u8·i8 products per i32 lane (exact, see the module header).
 #[inline]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot4(u: __m256i, s: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
 }
 
 /// `Σ_b min_b · dsum_b` of column `j` and row `r` (0 for formats without a min).
 #[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn min_term(w: &QPacked, j: usize, x: &QRows, r: usize) -> f32 {
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn min_term<const H: bool>(w: &QPacked, j: usize, x: &QRows, r: usize) -> f32 {
     if !w.fmt.has_min() {
         return 0.0;
     }
-    let (mp, dp) = (w.mins.as_ptr().add(j * w.nm), x.dsum.as_ptr().add(r * x.nm));
+    let width = if H { 2 } else { 4 };
+    let (mp, dp) = (
+        w.mins.as_ptr().add(j * w.nm * width),
+        x.dsum.as_ptr().add(r * x.nm),
+    );
     let mut acc = _mm256_setzero_ps();
     for b in (0..w.nm).step_by(8) {
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(mp.add(b)), _mm256_loadu_ps(dp.add(b)), acc);
+        let m = if H {
+            _mm256_cvtph_ps(_mm_loadu_si128(mp.add(2 * b) as *const __m128i))
+        } else {
+            _mm256_loadu_ps(mp.add(4 * b) as *const f32)
+        };
+        acc = _mm256_fmadd_ps(m, _mm256_loadu_ps(dp.add(b)), acc);
     }
     hsum(acc)
 }
 
 #[inline]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn rows<
     const R: usize,
     const C: usize,
     const NIB: bool,
     const S8: bool,
     const PER16: bool,
+    const H: bool,
 >(
     w: &QPacked,
     j: usize,
@@ -148,7 +169,8 @@ unsafe fn rows<
     let (cpp, spp) = (w.codes_per_pair(), w.fmt.scales_per_pair());
     let mut acc = [[_mm256_setzero_ps(); C]; R];
     let wc = w.codes.as_ptr().add(j * w.np * cpp);
-    let ws = w.scales.as_ptr().add(j * w.np * spp);
+    let sw = spp * if H { 2 } else { 4 };
+    let ws = w.scales.as_ptr().add(j * w.np * sw);
     for p in 0..w.np {
         let mut wv = [(_mm256_setzero_si256(), _mm256_setzero_si256()); C];
         // S8: |q| once per column, shared by the tile's rows
@@ -159,7 +181,7 @@ unsafe fn rows<
             if S8 {
                 wa[c] = (_mm256_abs_epi8(wv[c].0), _mm256_abs_epi8(wv[c].1));
             }
-            sv[c] = scales::<PER16>(ws.add((c * w.np + p) * spp));
+            sv[c] = scales::<PER16, H>(ws.add((c * w.np + p) * sw));
         }
         for (i, acc_r) in acc.iter_mut().enumerate() {
             let xb = ((r0 + i) * x.np + p) * 16;
@@ -213,7 +235,7 @@ unsafe fn rows<
     }
     for (i, acc_r) in acc.iter().enumerate() {
         for c in 0..C {
-            out[i][c] = hsum(acc_r[c]) + min_term(w, j + c, x, r0 + i);
+            out[i][c] = hsum(acc_r[c]) + min_term::<H>(w, j + c, x, r0 + i);
         }
     }
 }

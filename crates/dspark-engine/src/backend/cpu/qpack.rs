@@ -1,14 +1,16 @@
 //! GGUF block-quantized weights repacked once at load into the layout [`super::qgemv`] streams.
 //!
-//! Every weight becomes `scale · (code − zp) + min` with an unsigned code (4 or 8 bits), an f32
-//! scale per 16 or 32 elements, an optional f32 `min` per 32-element block and a zero point
-//! fixed by the format. Two consecutive 32-element blocks A and B form a *pair* whose codes are
+//! Every weight becomes `scale · (code − zp) + min` with an unsigned code (4 or 8 bits), a
+//! scale per 16 or 32 elements, an optional `min` per 32-element block and a zero point fixed
+//! by the format. Scales and mins are kept as f16 where the format stores them so (Q8_0, Q4_0,
+//! Q4_1: 20 bytes per Q4_1 block instead of 24, for a decode that streams weights at memory
+//! speed) and as f32 where they are products (Q4_K, Q6_K). Two consecutive 32-element blocks A and B form a *pair* whose codes are
 //! ordered `[A0‥15, B0‥15, A16‥31, B16‥31]` (as bytes, or as the low and high nibbles of 32
 //! bytes), so one 512-bit load feeds a u8·i8 dot of 64 lanes whose i32 groups of four each
 //! carry one scale.
 //!
-//! The repacking is exact: scales and mins are products of the format's f16 and small-integer
-//! fields, which f32 holds exactly, so each weight dequantizes to what GGUF defines.
+//! The repacking is exact: scales and mins are the format's f16 fields, or products of them and
+//! small integers, which f32 holds exactly, so each weight dequantizes to what GGUF defines.
 
 /// Elements per block (the activation quantization granularity).
 pub const QK: usize = 32;
@@ -65,6 +67,11 @@ impl QFormat {
         matches!(self, QFormat::Q4_1 | QFormat::Q4K)
     }
 
+    /// Whether every scale and min is one of the block's own f16 fields (so f16 holds them).
+    pub fn f16_params(self) -> bool {
+        matches!(self, QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q4_1)
+    }
+
     /// Scales stored per pair: 2 (`[A, B]`) or 4 (`[A_lo, B_lo, A_hi, B_hi]`).
     pub fn scales_per_pair(self) -> usize {
         if self.per16() {
@@ -89,8 +96,11 @@ pub struct QPacked {
     /// Mins per row (a multiple of 16, ≥ 2·np).
     pub nm: usize,
     pub codes: Vec<u8>,
-    pub scales: Vec<f32>,
-    pub mins: Vec<f32>,
+    /// Scales and mins as little-endian f16 (`half`) or f32 values; read them through
+    /// [`QPacked::scale`] / [`QPacked::min`], or as raw bytes in the SIMD tiles.
+    pub scales: Vec<u8>,
+    pub mins: Vec<u8>,
+    pub half: bool,
 }
 
 /// One 32-element block decoded from GGUF: unsigned codes, scales of its two halves, min.
@@ -187,9 +197,23 @@ fn decode(fmt: QFormat, b: &[u8], out: &mut Vec<Block>) {
 }
 
 impl QPacked {
-    /// Repacks `n` rows of `k` elements stored as GGUF blocks of `fmt`. Errors name what does
-    /// not fit (a `k` that is not a whole number of blocks, a byte count that is not `n` rows).
+    /// Repacks `n` rows of `k` elements stored as GGUF blocks of `fmt`, with f16 scales where
+    /// the format has them. Errors name what does not fit (a `k` that is
+    /// not a whole number of blocks, a byte count that is not `n` rows).
     pub fn from_gguf(fmt: QFormat, bytes: &[u8], n: usize, k: usize) -> Result<Self, String> {
+        Self::from_gguf_as(fmt, bytes, n, k, fmt.f16_params())
+    }
+
+    /// As [`QPacked::from_gguf`], with f16 (`half`, only for [`QFormat::f16_params`] formats)
+    /// or f32 scales and mins.
+    pub fn from_gguf_as(
+        fmt: QFormat,
+        bytes: &[u8],
+        n: usize,
+        k: usize,
+        half: bool,
+    ) -> Result<Self, String> {
+        assert!(!half || fmt.f16_params(), "{fmt:?} has no f16 scales");
         let (bb, be) = fmt.gguf_block();
         if k == 0 || !k.is_multiple_of(be) {
             return Err(format!(
@@ -209,6 +233,7 @@ impl QPacked {
         let n_pad = n.div_ceil(COL_TILE) * COL_TILE;
         let cpp = if fmt.nibbles() { 32 } else { 64 };
         let spp = fmt.scales_per_pair();
+        let width = if half { 2 } else { 4 };
         let mut p = QPacked {
             fmt,
             n,
@@ -217,12 +242,13 @@ impl QPacked {
             np,
             nm,
             codes: vec![0; n_pad * np * cpp],
-            scales: vec![0.0; n_pad * np * spp + 4],
+            scales: vec![0; (n_pad * np * spp + 4) * width],
             mins: if fmt.has_min() {
-                vec![0.0; n_pad * nm]
+                vec![0; n_pad * nm * width]
             } else {
                 Vec::new()
             },
+            half,
         };
         // padding codes dequantize to zero through a zero scale; 8-bit padding sits at the
         // zero point so that the integer dot stays small
@@ -246,15 +272,15 @@ impl QPacked {
                     c[16 * second..16 * second + 16].copy_from_slice(&blk.codes[..16]);
                     c[32 + 16 * second..48 + 16 * second].copy_from_slice(&blk.codes[16..]);
                 }
-                let s = &mut p.scales[(j * np + pair) * spp..(j * np + pair + 1) * spp];
+                let s = (j * np + pair) * spp;
                 if spp == 4 {
-                    s[second] = blk.scale[0];
-                    s[2 + second] = blk.scale[1];
+                    put(&mut p.scales, half, s + second, blk.scale[0]);
+                    put(&mut p.scales, half, s + 2 + second, blk.scale[1]);
                 } else {
-                    s[second] = blk.scale[0];
+                    put(&mut p.scales, half, s + second, blk.scale[0]);
                 }
                 if fmt.has_min() {
-                    p.mins[j * nm + b] = blk.min;
+                    put(&mut p.mins, half, j * nm + b, blk.min);
                 }
             }
         }
@@ -280,14 +306,14 @@ impl QPacked {
                 } else {
                     c[32 * hi + 16 * second + i % 16]
                 };
-                let s = &self.scales[(j * self.np + pair) * spp..];
+                let s = (j * self.np + pair) * spp;
                 let scale = if spp == 4 {
-                    s[2 * hi + second]
+                    self.scale(s + 2 * hi + second)
                 } else {
-                    s[second]
+                    self.scale(s + second)
                 };
                 let min = if self.fmt.has_min() {
-                    self.mins[j * self.nm + b]
+                    self.min(j * self.nm + b)
                 } else {
                     0.0
                 };
@@ -305,9 +331,41 @@ impl QPacked {
         }
     }
 
+    /// Scale `i` (pair `q` of column `j` starts at `(j · np + q) · scales_per_pair`).
+    #[inline]
+    pub fn scale(&self, i: usize) -> f32 {
+        get(&self.scales, self.half, i)
+    }
+
+    /// Min `i` (column `j`'s block `b` is `j · nm + b`).
+    #[inline]
+    pub fn min(&self, i: usize) -> f32 {
+        get(&self.mins, self.half, i)
+    }
+
     /// Bytes held (what the loaded weight costs in memory).
     pub fn bytes(&self) -> usize {
-        self.codes.len() + 4 * (self.scales.len() + self.mins.len())
+        self.codes.len() + self.scales.len() + self.mins.len()
+    }
+}
+
+/// Stores `v` as value `i` of `buf` (f16 when `half`: exact for the formats that allow it).
+fn put(buf: &mut [u8], half: bool, i: usize, v: f32) {
+    if half {
+        let h = half::f16::from_f32(v);
+        debug_assert!(h.to_f32() == v || v.is_nan(), "{v}: not an f16 value");
+        buf[2 * i..2 * i + 2].copy_from_slice(&h.to_le_bytes());
+    } else {
+        buf[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+#[inline]
+fn get(buf: &[u8], half: bool, i: usize) -> f32 {
+    if half {
+        half::f16::from_le_bytes([buf[2 * i], buf[2 * i + 1]]).to_f32()
+    } else {
+        f32::from_le_bytes([buf[4 * i], buf[4 * i + 1], buf[4 * i + 2], buf[4 * i + 3]])
     }
 }
 
@@ -355,13 +413,15 @@ mod tests {
                     .and_then(|t| t.flatten_all())
                     .and_then(|t| t.to_vec1::<f32>())
                     .unwrap();
-                let p = QPacked::from_gguf(fmt, &bytes, n, k).unwrap();
-                for j in 0..n {
-                    assert_eq!(
-                        p.dequantize_row(j),
-                        want[j * k..(j + 1) * k],
-                        "{fmt:?} row {j}"
-                    );
+                for half in [false, true].into_iter().filter(|h| !h || fmt.f16_params()) {
+                    let p = QPacked::from_gguf_as(fmt, &bytes, n, k, half).unwrap();
+                    for j in 0..n {
+                        assert_eq!(
+                            p.dequantize_row(j),
+                            want[j * k..(j + 1) * k],
+                            "{fmt:?} (f16 scales: {half}) row {j}"
+                        );
+                    }
                 }
             }
         }

@@ -11,10 +11,11 @@
 //! × 3 columns keeps its nine accumulators in registers and streams its columns sequentially.
 //! The arithmetic this replaces (four accumulators per output, as a one-column dot keeps them)
 //! needed four strided passes over each tile; on the demo's 30 layers with 9 rows, one thread
-//! measured 82.6 ms that way against 57.3 ms here. A decode step runs 8 columns at a time, so
-//! eight independent accumulators hide the multiply-add latency, as fast as the one-column dot
-//! with four accumulators (26-27 ms one thread for the same layers, memory-bound).
-//!
+//! measured 82.6 ms that way against 57.3 ms here. A decode step reads one column after
+//! another: a single stream. Tiles of 8 columns (eight streams 2-6 KiB apart) read the demo's
+//! f32 weights at 16 GB/s on one Zen 4 thread against 25 GB/s for one column at a time
+//! (gemv_model_probe: 33.6 against 21.3 ms; two threads 16.9-22.2 against 16.7-16.9 ms).
+
 //! A verify or prefill tile prefetches an equal share of the column tile two ahead, so the
 //! weight stream keeps flowing while the later row tiles compute from cache.
 
@@ -58,8 +59,6 @@ impl Load for half::bf16 {
 const ROWS: usize = 3;
 /// Columns per verify tile.
 const COLS: usize = 3;
-/// Columns per one-row (decode) tile: eight accumulator chains in flight.
-const DECODE_COLS: usize = 8;
 /// Prefetch distance in columns (two column tiles).
 const PREFETCH_COLS: usize = 2 * COLS;
 /// Rows per block of a prefill chunk: 64 rows of k = 1536 f32 activations are 384 KiB, inside
@@ -101,26 +100,24 @@ pub fn gemv<T: Load>(x: &[f32], m: usize, k: usize, w: &[T], n: usize, y: &mut [
     });
 }
 
-/// One row: tiles of [`DECODE_COLS`] columns, no software prefetch (one sequential stream,
-/// which the hardware prefetchers follow).
+/// One row: one column after another, no software prefetch. The weights are then read as a
+/// single sequential stream, which the hardware prefetchers follow best, and out-of-order
+/// execution overlaps one column's accumulator chain with the next column's loads.
 fn decode<T: Load>(x: &[f32], k: usize, w: &[T], cols: &super::super::Columns) {
-    let mut out = [[0f32; DECODE_COLS]; ROWS];
-    for j in (cols.j0..cols.j1).step_by(DECODE_COLS) {
-        let nc = (cols.j1 - j).min(DECODE_COLS);
+    let mut out = [[0f32; COLS]; ROWS];
+    for j in cols.j0..cols.j1 {
         let wp = w[j * k..].as_ptr();
-        // SAFETY: AVX2/FMA present (asserted by the caller); row 0 of x and columns
-        // j..j+nc of w exist (lengths asserted by the caller).
-        unsafe { dispatch(x.as_ptr(), 1, wp, nc, k, Prefetch::NONE, &mut out) };
-        for (c, v) in out[0][..nc].iter().enumerate() {
-            cols.set(0, j + c, *v);
-        }
+        // SAFETY: AVX2/FMA present (asserted by the caller); row 0 of x and column j of w
+        // exist (lengths asserted by the caller).
+        unsafe { dispatch(x.as_ptr(), 1, wp, 1, k, Prefetch::NONE, &mut out) };
+        cols.set(0, j, out[0][0]);
     }
 }
 
 /// Several rows: blocks of [`ROW_BLOCK`] rows, each streaming the task's columns once in tiles
 /// of [`COLS`], every column tile shared by balanced row tiles of at most [`ROWS`].
 fn rows<T: Load>(x: &[f32], m: usize, k: usize, w: &[T], cols: &super::super::Columns) {
-    let mut out = [[0f32; DECODE_COLS]; ROWS];
+    let mut out = [[0f32; COLS]; ROWS];
     let lines = (COLS * k * std::mem::size_of::<T>()).div_ceil(64);
     for b0 in (0..m).step_by(ROW_BLOCK) {
         let b1 = (b0 + ROW_BLOCK).min(m);
@@ -197,7 +194,7 @@ unsafe fn dispatch<T: Load>(
     nc: usize,
     k: usize,
     pf: Prefetch,
-    out: &mut [[f32; DECODE_COLS]; ROWS],
+    out: &mut [[f32; COLS]; ROWS],
 ) {
     macro_rules! go {
         ($($r:literal, $c:literal);*) => {
@@ -207,7 +204,7 @@ unsafe fn dispatch<T: Load>(
             }
         };
     }
-    go!(1, 1; 1, 2; 1, 3; 1, 4; 1, 5; 1, 6; 1, 7; 1, 8; 2, 1; 2, 2; 2, 3; 3, 1; 3, 2; 3, 3)
+    go!(1, 1; 1, 2; 1, 3; 2, 1; 2, 2; 2, 3; 3, 1; 3, 2; 3, 3)
 }
 
 /// Rows `0..R` of `xp` (row stride `k`) against columns `0..C` of `wp`, into `out[r][c]`.
@@ -218,7 +215,7 @@ unsafe fn tile<const R: usize, const C: usize, T: Load>(
     wp: *const T,
     k: usize,
     pf: Prefetch,
-    out: &mut [[f32; DECODE_COLS]; ROWS],
+    out: &mut [[f32; COLS]; ROWS],
 ) {
     let mut acc = [[_mm256_setzero_ps(); C]; R];
     let mut line = pf.first;
