@@ -97,15 +97,6 @@ unsafe fn codes<const NIB: bool, const S8: bool>(p: *const u8) -> (__m256i, __m2
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn scales<const PER16: bool, const H: bool>(p: *const u8) -> (__m256, __m256) {
-    if H {
-        // two f16 (never PER16: the formats with f16 scales have one per 32)
-        let two = _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned()));
-        let s = _mm256_permutevar8x32_ps(
-            _mm256_castps128_ps256(two),
-            _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
-        );
-        return (s, s);
-    }
     if PER16 {
         let v = _mm256_castps128_ps256(_mm_loadu_ps(p as *const f32));
         (
@@ -113,8 +104,16 @@ unsafe fn scales<const PER16: bool, const H: bool>(p: *const u8) -> (__m256, __m
             _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3)),
         )
     } else {
-        let two = _mm256_castps128_ps256(_mm_castsi128_ps(_mm_loadl_epi64(p as *const __m128i)));
-        let s = _mm256_permutevar8x32_ps(two, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+        // two scales: f16 (the formats that store them so have one per 32, never PER16) or f32
+        let two = if H {
+            _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned()))
+        } else {
+            _mm_castsi128_ps(_mm_loadl_epi64(p as *const __m128i))
+        };
+        let s = _mm256_permutevar8x32_ps(
+            _mm256_castps128_ps256(two),
+            _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
+        );
         (s, s)
     }
 }

@@ -15,7 +15,7 @@
 //! another: a single stream. Tiles of 8 columns (eight streams 2-6 KiB apart) read the demo's
 //! f32 weights at 16 GB/s on one Zen 4 thread against 25 GB/s for one column at a time
 //! (gemv_model_probe: 33.6 against 21.3 ms; two threads 16.9-22.2 against 16.7-16.9 ms).
-
+//!
 //! A verify or prefill tile prefetches an equal share of the column tile two ahead, so the
 //! weight stream keeps flowing while the later row tiles compute from cache.
 
@@ -109,7 +109,7 @@ fn decode<T: Load>(x: &[f32], k: usize, w: &[T], cols: &super::super::Columns) {
         let wp = w[j * k..].as_ptr();
         // SAFETY: AVX2/FMA present (asserted by the caller); row 0 of x and column j of w
         // exist (lengths asserted by the caller).
-        unsafe { dispatch(x.as_ptr(), 1, wp, 1, k, Prefetch::NONE, &mut out) };
+        unsafe { tile::<1, 1, T>(x.as_ptr(), wp, k, Prefetch::NONE, &mut out) };
         cols.set(0, j, out[0][0]);
     }
 }
