@@ -1,5 +1,6 @@
-//! f32 / bf16 GEMV on AVX2 + FMA (and on AVX-512 machines, which run the same code): one-row
-//! decode steps, verify blocks and short prefill chunks.
+//! f32 / bf16 GEMV on AVX2 + FMA: one-row decode steps on every x86 CPU, and verify blocks and
+//! prefill chunks where AVX-512 is missing ([`super::avx512_rows`] takes those otherwise, with
+//! the same per-output arithmetic).
 //!
 //! The arithmetic of every output `(row, column)`: one 8-lane accumulator takes
 //! `x[o..o+8] * w[o..o+8]` for `o = 0, 8, 16, ...` in order (a fused multiply-add per lane), then
@@ -67,15 +68,15 @@ const ROW_BLOCK: usize = 64;
 
 /// Cache lines `first..end` after `base` for one tile to prefetch, `per_step` per 8-wide step.
 #[derive(Clone, Copy)]
-struct Prefetch {
-    base: *const i8,
-    first: usize,
-    end: usize,
-    per_step: usize,
+pub(super) struct Prefetch {
+    pub(super) base: *const i8,
+    pub(super) first: usize,
+    pub(super) end: usize,
+    pub(super) per_step: usize,
 }
 
 impl Prefetch {
-    const NONE: Prefetch = Prefetch {
+    pub(super) const NONE: Prefetch = Prefetch {
         base: std::ptr::null(),
         first: 0,
         end: 0,
@@ -85,6 +86,20 @@ impl Prefetch {
 
 /// `y[m * n]` from `x[m * k]` and weights `w[n * k]`, any `m >= 1`.
 pub fn gemv<T: Load>(x: &[f32], m: usize, k: usize, w: &[T], n: usize, y: &mut [f32]) {
+    gemv_tiles(x, m, k, w, n, y, super::avx512_rows::available())
+}
+
+/// As [`gemv`], with several rows on the AVX-512 tiles (`wide`, which the caller checked the
+/// CPU has) or on the AVX2 ones.
+pub(super) fn gemv_tiles<T: Load>(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[T],
+    n: usize,
+    y: &mut [f32],
+    wide: bool,
+) {
     assert_eq!(x.len(), m * k, "gemv: x is not m*k");
     assert_eq!(w.len(), n * k, "gemv: w is not n*k");
     assert_eq!(y.len(), m * n, "gemv: y is not m*n");
@@ -93,6 +108,8 @@ pub fn gemv<T: Load>(x: &[f32], m: usize, k: usize, w: &[T], n: usize, y: &mut [
         super::super::column_tasks(y, n, n * k * m, |cols| {
             if m == 1 {
                 decode(x, k, w, cols)
+            } else if wide {
+                super::avx512_rows::rows(x, m, k, w, cols)
             } else {
                 rows(x, m, k, w, cols)
             }
