@@ -23,6 +23,14 @@ pub struct QRows {
     pub(super) scale: Vec<f32>,
     /// `m · nm`: `d · Σ codes` per block (for the weight's per-block min)
     pub(super) dsum: Vec<f32>,
+    /// `m · np · 4`: each pair's scales `[A, B, A', B']` for the lanes 0-7 and 8-15 of
+    /// [`Self::scale`], where `'` is `/ 16` for 4-bit weights (see [`Self::start16`])
+    pub(super) scale4: Vec<f32>,
+    /// `m · np · 16`: [`Self::start`] with lanes 8-15 times 16 for 4-bit weights. The AVX-512
+    /// tile multiplies a pair's high nibbles in place (`code · 16`) instead of shifting them
+    /// down, so those lanes' integer dots are 16 times larger, and `d / 16` scales them back:
+    /// both are exact in powers of two, so every product and sum has the same bits.
+    pub(super) start16: Vec<i32>,
 }
 
 impl QRows {
@@ -34,6 +42,8 @@ impl QRows {
             start: Vec::new(),
             scale: Vec::new(),
             dsum: Vec::new(),
+            scale4: Vec::new(),
+            start16: Vec::new(),
         }
     }
 
@@ -50,6 +60,30 @@ impl QRows {
         zeroed(&mut self.start, m * w.np * 16);
         zeroed(&mut self.scale, m * w.np * 16);
         zeroed(&mut self.dsum, m * w.nm);
+        zeroed(&mut self.scale4, m * w.np * 4);
+        zeroed(&mut self.start16, m * w.np * 16);
+    }
+
+    /// Fills [`Self::scale4`] and [`Self::start16`] from the per-lane values.
+    fn compact(&mut self, nibbles: bool) {
+        let (hi_mul, hi_div) = if nibbles { (16, 16.0) } else { (1, 1.0) };
+        for (pair, (s4, st16)) in self
+            .scale4
+            .chunks_exact_mut(4)
+            .zip(self.start16.chunks_exact_mut(16))
+            .enumerate()
+        {
+            let lanes = pair * 16;
+            let sc = &self.scale[lanes..lanes + 16];
+            s4.copy_from_slice(&[sc[0], sc[4], sc[8] / hi_div, sc[12] / hi_div]);
+            for (l, (o, v)) in st16
+                .iter_mut()
+                .zip(&self.start[lanes..lanes + 16])
+                .enumerate()
+            {
+                *o = if l < 8 { *v } else { *v * hi_mul };
+            }
+        }
     }
 }
 
@@ -88,6 +122,7 @@ fn quantize_into(x: &[f32], m: usize, w: &QPacked, q: &mut QRows) {
             unsafe { block(blk, zp, q, &at) };
         }
     }
+    q.compact(w.fmt.nibbles());
 }
 
 /// Quantizes one block of 32 into its slot.

@@ -117,3 +117,40 @@ fn qgemv_decode_like() {
         );
     }
 }
+
+/// One row of Q4_1 and Q8_0 (n 1536, k 576, in the L2) through the dispatched tile alone, best
+/// of 20 wall-clock passes (steadier than the on-CPU timer's ticks on a shared host):
+/// `cargo test --release -p dspark-engine qtile_wall_probe -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn qtile_wall_probe() {
+    for fmt in [QFormat::Q4_1, QFormat::Q8_0] {
+        let (n, k) = (1536usize, 576usize);
+        let (bb, be) = fmt.gguf_block();
+        let mut bytes: Vec<u8> = (0..n * k / be * bb).map(|i| (i * 7 % 251) as u8).collect();
+        for blk in bytes.chunks_exact_mut(bb) {
+            blk[0..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+            blk[2..4].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+        }
+        let w = QPacked::from_gguf(fmt, &bytes, n, k).unwrap();
+        let tile = tile_kernel(&w);
+        let x: Vec<f32> = (0..k).map(|i| (i % 7) as f32 - 3.0).collect();
+        let rows = quantize_rows(&x, 1, &w);
+        let mut out = [[0f32; COL_TILE]; ROW_TILE];
+        let mut best = f64::MAX;
+        for _ in 0..20 {
+            let t = std::time::Instant::now();
+            for _ in 0..100 {
+                for j in (0..n).step_by(COL_TILE) {
+                    // SAFETY: the kernel was chosen for this CPU; j < n_pad, row 0 exists.
+                    unsafe { tile(&w, j, &rows, 0, 1, &mut out) };
+                }
+            }
+            best = best.min(t.elapsed().as_secs_f64() / 100.0);
+        }
+        println!(
+            "{fmt:?} one row in cache: {:.3} ns/block",
+            best * 1e9 / (n * k / 32) as f64
+        );
+    }
+}
