@@ -289,50 +289,40 @@ mod tests {
             }
         }
     }
+
+    /// The AVX-512 row tiles against the AVX2 ones: the same per-output arithmetic, so the same
+    /// bits for every row count, k (with and without a tail) and column count (odd ones leave a
+    /// pair half empty).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_rows_give_the_avx2_bits() {
+        if !(x86::available() && avx512_rows::available()) {
+            eprintln!("skipped: this CPU lacks AVX-512F/VL");
+            return;
+        }
+        let mut seed = 7u64;
+        for &(m, k, n) in &[
+            (2, 576, 64),
+            (9, 576, 1537),
+            (5, 83, 33),
+            (13, 1536, 50),
+            (17, 64, 7),
+            (70, 96, 21),
+        ] {
+            let (x, w) = (rand_vec(m * k, &mut seed), rand_vec(n * k, &mut seed));
+            let wb: Vec<half::bf16> = w.iter().map(|&v| half::bf16::from_f32(v)).collect();
+            let mut y = [vec![0f32; m * n], vec![0f32; m * n]];
+            let mut yb = y.clone();
+            for (wide, (yf, ybf)) in [false, true].into_iter().zip(y.iter_mut().zip(&mut yb)) {
+                avx2::gemv_tiles(&x, m, k, &w, n, yf, wide);
+                avx2::gemv_tiles(&x, m, k, &wb, n, ybf, wide);
+            }
+            assert_eq!(y[0], y[1], "f32 m{m} k{k} n{n}");
+            assert_eq!(yb[0], yb[1], "bf16 m{m} k{k} n{n}");
+            assert!(y[0].iter().any(|v| *v != 0.0), "m{m} k{k} n{n}: all zero");
+        }
+    }
 }
 
 #[cfg(test)]
 mod timing;
-
-/// The AVX-512 row tiles against the AVX2 ones: the same per-output arithmetic, so the same
-/// bits for every row count, k (with and without a tail) and column count (odd ones leave a
-/// pair half empty).
-#[cfg(all(test, target_arch = "x86_64"))]
-#[test]
-fn avx512_rows_give_the_avx2_bits() {
-    if !(x86::available() && avx512_rows::available()) {
-        eprintln!("skipped: this CPU lacks AVX-512F/VL");
-        return;
-    }
-    let mut seed = 7u64;
-    let mut rand = |len: usize| -> Vec<f32> {
-        (0..len)
-            .map(|_| {
-                seed = seed
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-            })
-            .collect()
-    };
-    for &(m, k, n) in &[
-        (2, 576, 64),
-        (9, 576, 1537),
-        (5, 83, 33),
-        (13, 1536, 50),
-        (17, 64, 7),
-        (70, 96, 21),
-    ] {
-        let (x, w) = (rand(m * k), rand(n * k));
-        let wb: Vec<half::bf16> = w.iter().map(|&v| half::bf16::from_f32(v)).collect();
-        let mut y = [vec![0f32; m * n], vec![0f32; m * n]];
-        let mut yb = y.clone();
-        for (wide, (yf, ybf)) in [false, true].into_iter().zip(y.iter_mut().zip(&mut yb)) {
-            avx2::gemv_tiles(&x, m, k, &w, n, yf, wide);
-            avx2::gemv_tiles(&x, m, k, &wb, n, ybf, wide);
-        }
-        assert_eq!(y[0], y[1], "f32 m{m} k{k} n{n}");
-        assert_eq!(yb[0], yb[1], "bf16 m{m} k{k} n{n}");
-        assert!(y[0].iter().any(|v| *v != 0.0), "m{m} k{k} n{n}: all zero");
-    }
-}

@@ -78,6 +78,21 @@ pub(super) struct Prefetch {
 }
 
 impl Prefetch {
+    /// Issues one 8-wide step's share of the prefetches into the L2, from line `*line` on.
+    ///
+    /// # Safety
+    /// `base` and the lines up to `end` lie in one allocation (a prefetch never faults, but
+    /// the address arithmetic must stay in bounds).
+    #[inline(always)]
+    pub(super) unsafe fn step(&self, line: &mut usize) {
+        for _ in 0..self.per_step {
+            if *line < self.end {
+                _mm_prefetch::<_MM_HINT_T1>(self.base.add(64 * *line));
+                *line += 1;
+            }
+        }
+    }
+
     pub(super) const NONE: Prefetch = Prefetch {
         base: std::ptr::null(),
         first: 0,
@@ -240,12 +255,7 @@ unsafe fn tile<const R: usize, const C: usize, T: Load>(
     let mut line = pf.first;
     let mut o = 0;
     while o + 8 <= k {
-        for _ in 0..pf.per_step {
-            if line < pf.end {
-                _mm_prefetch::<_MM_HINT_T1>(pf.base.add(64 * line));
-                line += 1;
-            }
-        }
+        pf.step(&mut line);
         let wv: [__m256; C] = std::array::from_fn(|c| T::load8(wp.add(c * k + o)));
         for (r, ar) in acc.iter_mut().enumerate() {
             let xv = _mm256_loadu_ps(xp.add(r * k + o));

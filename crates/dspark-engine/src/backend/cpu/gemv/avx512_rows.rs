@@ -132,12 +132,7 @@ unsafe fn tile<const R: usize, const P: usize, T: Load>(
     let mut line = pf.first;
     let mut o = 0;
     while o + 8 <= k {
-        for _ in 0..pf.per_step {
-            if line < pf.end {
-                _mm_prefetch::<_MM_HINT_T1>(pf.base.add(64 * line));
-                line += 1;
-            }
-        }
+        pf.step(&mut line);
         let wv: [__m512; P] = std::array::from_fn(|p| {
             let lo = _mm256_castps_pd(T::load8(wp[2 * p].add(o)));
             let hi = _mm256_castps_pd(T::load8(wp[2 * p + 1].add(o)));
