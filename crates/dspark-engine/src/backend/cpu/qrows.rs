@@ -29,7 +29,9 @@ pub struct QRows {
     /// `m · np · 16`: [`Self::start`] with lanes 8-15 times 16 for 4-bit weights. The AVX-512
     /// tile multiplies a pair's high nibbles in place (`code · 16`) instead of shifting them
     /// down, so those lanes' integer dots are 16 times larger, and `d / 16` scales them back:
-    /// both are exact in powers of two, so every product and sum has the same bits.
+    /// both are exact in powers of two, so every product and sum has the bits of the shifted
+    /// form (unless `d / 16` is subnormal: a block whose largest |x| is under ~1e-35). Every
+    /// row count takes the same tile arithmetic either way.
     pub(super) start16: Vec<i32>,
 }
 
