@@ -56,12 +56,13 @@ fn tile_kernel(w: &QPacked) -> TileKernel {
     let fmt = w.fmt;
     #[cfg(target_arch = "x86_64")]
     if avx512::available() {
+        // f16 scales come only with two per pair (never PER16)
         return match (fmt.nibbles(), fmt.per16(), w.half) {
-            (true, _, false) => avx512::tile::<true, false, false>,
-            (true, _, true) => avx512::tile::<true, false, true>,
-            (false, false, false) => avx512::tile::<false, false, false>,
-            (false, false, true) => avx512::tile::<false, false, true>,
-            (false, true, _) => avx512::tile::<false, true, false>,
+            (true, _, true) => avx512::tile_half::<true>,
+            (false, _, true) => avx512::tile_half::<false>,
+            (true, _, false) => avx512::tile::<true, false>,
+            (false, false, false) => avx512::tile::<false, false>,
+            (false, true, false) => avx512::tile::<false, true>,
         };
     }
     #[cfg(target_arch = "x86_64")]
@@ -70,6 +71,17 @@ fn tile_kernel(w: &QPacked) -> TileKernel {
     }
     let _ = fmt;
     portable::tile
+}
+
+/// Whether the tile [`tile_kernel`] picks for `w` reads the activations' compact scales
+/// ([`QRows::scale4`], [`QRows::start16`]), which [`quantize_rows`] then fills.
+pub(super) fn reads_compact(w: &QPacked) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        return w.half;
+    }
+    let _ = w;
+    false
 }
 
 /// The AVX2 tile for `fmt` with f16 (`half`) or f32 scales (the caller checks the CPU has
@@ -178,19 +190,15 @@ mod avx512 {
         }
     }
 
-    /// The 16 lane scales of one pair from its 2 or 4 stored scales (2 f16 when `H`).
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
-    unsafe fn scales<const PER16: bool, const H: bool>(p: *const u8) -> __m512 {
+    /// The 16 lane scales of one pair from its 2 or 4 stored f32 scales.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn scales<const PER16: bool>(p: *const u8) -> __m512 {
         if PER16 {
             let idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
             _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_loadu_ps(p as *const f32)))
         } else {
             let idx = _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);
-            let two = if H {
-                _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned()))
-            } else {
-                _mm_castsi128_ps(_mm_loadl_epi64(p as *const __m128i))
-            };
+            let two = _mm_castsi128_ps(_mm_loadl_epi64(p as *const __m128i));
             _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(two))
         }
     }
@@ -214,9 +222,29 @@ mod avx512 {
         _mm512_reduce_add_ps(acc)
     }
 
-    /// `H`: f16 scales and mins (`w.half`).
+    /// Runs `$rows::<R, C, ...>` for `nr` rows: one row streams one column at a time (a
+    /// single sequential stream prefetches best), several rows share each column tile; the
+    /// tile never changes an output's arithmetic.
+    macro_rules! by_rows {
+        ($rows:ident::<$($g:tt),*>($w:ident, $j:ident, $x:ident, $r0:ident, $nr:ident, $out:ident)) => {
+            match $nr {
+                1 => {
+                    for (c, o) in $out[0].iter_mut().enumerate() {
+                        let mut one = [[0f32; COL_TILE]; ROW_TILE];
+                        $rows::<1, 1, $($g),*>($w, $j + c, $x, $r0, &mut one);
+                        *o = one[0][0];
+                    }
+                }
+                2 => $rows::<2, COL_TILE, $($g),*>($w, $j, $x, $r0, $out),
+                3 => $rows::<3, COL_TILE, $($g),*>($w, $j, $x, $r0, $out),
+                _ => $rows::<4, COL_TILE, $($g),*>($w, $j, $x, $r0, $out),
+            }
+        };
+    }
+
+    /// The tile for f32 scales (`!w.half`).
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
-    pub unsafe fn tile<const NIB: bool, const PER16: bool, const H: bool>(
+    pub unsafe fn tile<const NIB: bool, const PER16: bool>(
         w: &QPacked,
         j: usize,
         x: &QRows,
@@ -224,39 +252,29 @@ mod avx512 {
         nr: usize,
         out: &mut [[f32; COL_TILE]; ROW_TILE],
     ) {
-        assert_eq!(w.half, H, "tile chosen for the other scale layout");
-        if H && !PER16 {
-            return match nr {
-                1 => {
-                    for (c, o) in out[0].iter_mut().enumerate() {
-                        let mut one = [[0f32; COL_TILE]; ROW_TILE];
-                        rows_half::<1, 1, NIB>(w, j + c, x, r0, &mut one);
-                        *o = one[0][0];
-                    }
-                }
-                2 => rows_half::<2, COL_TILE, NIB>(w, j, x, r0, out),
-                3 => rows_half::<3, COL_TILE, NIB>(w, j, x, r0, out),
-                _ => rows_half::<4, COL_TILE, NIB>(w, j, x, r0, out),
-            };
-        }
-        // one row streams one column at a time (a single sequential stream prefetches best);
-        // the tile never changes an output's arithmetic
-        match nr {
-            1 => {
-                for (c, o) in out[0].iter_mut().enumerate() {
-                    let mut one = [[0f32; COL_TILE]; ROW_TILE];
-                    rows::<1, 1, NIB, PER16, H>(w, j + c, x, r0, &mut one);
-                    *o = one[0][0];
-                }
-            }
-            2 => rows::<2, COL_TILE, NIB, PER16, H>(w, j, x, r0, out),
-            3 => rows::<3, COL_TILE, NIB, PER16, H>(w, j, x, r0, out),
-            _ => rows::<4, COL_TILE, NIB, PER16, H>(w, j, x, r0, out),
-        }
+        assert!(!w.half, "tile chosen for the other scale layout");
+        by_rows!(rows::<NIB, PER16>(w, j, x, r0, nr, out))
     }
 
-    /// [`rows`] for two f16 scales per pair (Q8_0, Q4_0, Q4_1), in fewer instructions with the
-    /// same bits: 4-bit codes are the 32 bytes broadcast to both halves and masked to `lo` and
+    /// The tile for two f16 scales per pair (`w.half`: Q8_0, Q4_0, Q4_1).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+    pub unsafe fn tile_half<const NIB: bool>(
+        w: &QPacked,
+        j: usize,
+        x: &QRows,
+        r0: usize,
+        nr: usize,
+        out: &mut [[f32; COL_TILE]; ROW_TILE],
+    ) {
+        assert!(
+            w.half && !w.fmt.per16(),
+            "tile chosen for the other scale layout"
+        );
+        by_rows!(rows_half::<NIB>(w, j, x, r0, nr, out))
+    }
+
+    /// [`rows`] for two f16 scales per pair (Q8_0, Q4_0, Q4_1), with the bits [`rows`] gives
+    /// the same weights held with f32 scales, in fewer instructions: 4-bit codes are the 32 bytes broadcast to both halves and masked to `lo` and
     /// `hi · 16` (no shift or insert), with [`QRows::start16`] and the `/ 16` in
     /// [`QRows::scale4`] undoing the factor exactly; the two weight scales times the row's four
     /// compact scales make one 128-bit product, spread to the 16 lanes by one permute.
@@ -310,14 +328,9 @@ mod avx512 {
         }
     }
 
+    /// Rows `r0..r0+R` against columns `j..j+C`, f32 scales.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
-    unsafe fn rows<
-        const R: usize,
-        const C: usize,
-        const NIB: bool,
-        const PER16: bool,
-        const H: bool,
-    >(
+    unsafe fn rows<const R: usize, const C: usize, const NIB: bool, const PER16: bool>(
         w: &QPacked,
         j: usize,
         x: &QRows,
@@ -327,14 +340,14 @@ mod avx512 {
         let (cpp, spp) = (w.codes_per_pair(), w.fmt.scales_per_pair());
         let mut acc = [[_mm512_setzero_ps(); C]; R];
         let wc = w.codes.as_ptr().add(j * w.np * cpp);
-        let sw = spp * if H { 2 } else { 4 };
+        let sw = spp * 4;
         let ws = w.scales.as_ptr().add(j * w.np * sw);
         for p in 0..w.np {
             let mut wv = [_mm512_setzero_si512(); C];
             let mut sv = [_mm512_setzero_ps(); C];
             for c in 0..C {
                 wv[c] = codes::<NIB>(wc.add((c * w.np + p) * cpp));
-                sv[c] = scales::<PER16, H>(ws.add((c * w.np + p) * sw));
+                sv[c] = scales::<PER16>(ws.add((c * w.np + p) * sw));
             }
             for (i, acc_r) in acc.iter_mut().enumerate() {
                 let xb = ((r0 + i) * x.np + p) * 16;
@@ -350,7 +363,7 @@ mod avx512 {
         }
         for (i, acc_r) in acc.iter().enumerate() {
             for c in 0..C {
-                out[i][c] = _mm512_reduce_add_ps(acc_r[c]) + min_term::<H>(w, j + c, x, r0 + i);
+                out[i][c] = _mm512_reduce_add_ps(acc_r[c]) + min_term::<false>(w, j + c, x, r0 + i);
             }
         }
     }

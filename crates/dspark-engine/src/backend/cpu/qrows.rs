@@ -24,7 +24,8 @@ pub struct QRows {
     /// `m · nm`: `d · Σ codes` per block (for the weight's per-block min)
     pub(super) dsum: Vec<f32>,
     /// `m · np · 4`: each pair's scales `[A, B, A', B']` for the lanes 0-7 and 8-15 of
-    /// [`Self::scale`], where `'` is `/ 16` for 4-bit weights (see [`Self::start16`])
+    /// [`Self::scale`], where `'` is `/ 16` for 4-bit weights (see [`Self::start16`]); this
+    /// and `start16` are empty unless [`super::qgemv::reads_compact`]
     pub(super) scale4: Vec<f32>,
     /// `m · np · 16`: [`Self::start`] with lanes 8-15 times 16 for 4-bit weights. The AVX-512
     /// tile multiplies a pair's high nibbles in place (`code · 16`) instead of shifting them
@@ -62,11 +63,13 @@ impl QRows {
         zeroed(&mut self.start, m * w.np * 16);
         zeroed(&mut self.scale, m * w.np * 16);
         zeroed(&mut self.dsum, m * w.nm);
-        zeroed(&mut self.scale4, m * w.np * 4);
-        zeroed(&mut self.start16, m * w.np * 16);
+        let compact = super::qgemv::reads_compact(w);
+        zeroed(&mut self.scale4, if compact { m * w.np * 4 } else { 0 });
+        zeroed(&mut self.start16, if compact { m * w.np * 16 } else { 0 });
     }
 
-    /// Fills [`Self::scale4`] and [`Self::start16`] from the per-lane values.
+    /// Fills [`Self::scale4`] and [`Self::start16`] from the per-lane values (nothing when the
+    /// tile does not read them: [`Self::reset`] left them empty).
     fn compact(&mut self, nibbles: bool) {
         let (hi_mul, hi_div) = if nibbles { (16, 16.0) } else { (1, 1.0) };
         for (pair, (s4, st16)) in self

@@ -68,6 +68,59 @@ const PREFETCH_COLS: usize = 2 * COLS;
 /// a 1 MiB L2 with the weight tiles; each block streams the columns once.
 const ROW_BLOCK: usize = 64;
 
+/// Room for one tile's outputs: the largest tile of either family (9 rows × 4 columns, the
+/// AVX-512 one).
+pub(super) type TileOut = [[f32; 4]; 9];
+
+/// One family of register tiles for several rows, as [`rows`] schedules them.
+pub(super) trait RowTiles {
+    /// Rows and columns per tile.
+    const ROWS: usize;
+    const COLS: usize;
+    /// Rows per block of a prefill chunk.
+    const ROW_BLOCK: usize;
+    /// Columns from the tile being computed to the tile whose weights it prefetches, for
+    /// `k`-long columns of `T`.
+    fn ahead<T>(k: usize) -> usize;
+    /// Runs an `nr × nc` tile (at most `ROWS × COLS`): rows of `xp` and columns of `wp`, both
+    /// at stride `k`.
+    ///
+    /// # Safety
+    /// The CPU has the family's features; those rows and columns exist.
+    unsafe fn run<T: Load>(
+        xp: *const f32,
+        nr: usize,
+        wp: *const T,
+        nc: usize,
+        k: usize,
+        pf: Prefetch,
+        out: &mut TileOut,
+    );
+}
+
+/// This file's 3 × 3 tiles.
+struct Avx2Tiles;
+
+impl RowTiles for Avx2Tiles {
+    const ROWS: usize = ROWS;
+    const COLS: usize = COLS;
+    const ROW_BLOCK: usize = ROW_BLOCK;
+    fn ahead<T>(_k: usize) -> usize {
+        PREFETCH_COLS
+    }
+    unsafe fn run<T: Load>(
+        xp: *const f32,
+        nr: usize,
+        wp: *const T,
+        nc: usize,
+        k: usize,
+        pf: Prefetch,
+        out: &mut TileOut,
+    ) {
+        dispatch(xp, nr, wp, nc, k, pf, out)
+    }
+}
+
 /// Cache lines `first..end` after `base` for one tile to prefetch, `per_step` per 8-wide step.
 #[derive(Clone, Copy)]
 pub(super) struct Prefetch {
@@ -126,9 +179,9 @@ pub(super) fn gemv_tiles<T: Load>(
             if m == 1 {
                 decode(x, k, w, cols)
             } else if wide {
-                super::avx512_rows::rows(x, m, k, w, cols)
+                rows::<T, super::avx512_rows::Avx512Tiles>(x, m, k, w, cols)
             } else {
-                rows(x, m, k, w, cols)
+                rows::<T, Avx2Tiles>(x, m, k, w, cols)
             }
         })
     });
@@ -138,7 +191,7 @@ pub(super) fn gemv_tiles<T: Load>(
 /// single sequential stream, which the hardware prefetchers follow best, and out-of-order
 /// execution overlaps one column's accumulator chain with the next column's loads.
 fn decode<T: Load>(x: &[f32], k: usize, w: &[T], cols: &super::super::Columns) {
-    let mut out = [[0f32; COLS]; ROWS];
+    let mut out: TileOut = Default::default();
     for j in cols.j0..cols.j1 {
         let wp = w[j * k..].as_ptr();
         // SAFETY: AVX2/FMA present (asserted by the caller); row 0 of x and column j of w
@@ -148,27 +201,35 @@ fn decode<T: Load>(x: &[f32], k: usize, w: &[T], cols: &super::super::Columns) {
     }
 }
 
-/// Several rows: blocks of [`ROW_BLOCK`] rows, each streaming the task's columns once in tiles
-/// of [`COLS`], every column tile shared by balanced row tiles of at most [`ROWS`].
-fn rows<T: Load>(x: &[f32], m: usize, k: usize, w: &[T], cols: &super::super::Columns) {
-    let mut out = [[0f32; COLS]; ROWS];
-    let lines = (COLS * k * std::mem::size_of::<T>()).div_ceil(64);
-    for b0 in (0..m).step_by(ROW_BLOCK) {
-        let b1 = (b0 + ROW_BLOCK).min(m);
-        // balanced row tiles (9 rows: 3 + 3 + 3; 4 rows: 2 + 2)
-        let per = (b1 - b0).div_ceil((b1 - b0).div_ceil(ROWS));
+/// Several rows: blocks of `F::ROW_BLOCK` rows, each streaming the task's columns once in
+/// tiles of `F::COLS`, every column tile shared by balanced row tiles of at most `F::ROWS`; each
+/// row tile prefetches an equal share of the column tile `F::ahead` columns on.
+fn rows<T: Load, F: RowTiles>(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[T],
+    cols: &super::super::Columns,
+) {
+    let ahead_cols = F::ahead::<T>(k);
+    let mut out: TileOut = Default::default();
+    let lines = (F::COLS * k * std::mem::size_of::<T>()).div_ceil(64);
+    for b0 in (0..m).step_by(F::ROW_BLOCK) {
+        let b1 = (b0 + F::ROW_BLOCK).min(m);
+        // balanced row tiles (9 rows in 3 x 3 tiles: 3 + 3 + 3; 13 in 9-row tiles: 7 + 6)
+        let per = (b1 - b0).div_ceil((b1 - b0).div_ceil(F::ROWS));
         let share = lines.div_ceil((b1 - b0).div_ceil(per));
         let per_step = share.div_ceil((k / 8).max(1));
-        for j in (cols.j0..cols.j1).step_by(COLS) {
-            let nc = (cols.j1 - j).min(COLS);
-            let ahead = j + PREFETCH_COLS + COLS <= cols.j1;
+        for j in (cols.j0..cols.j1).step_by(F::COLS) {
+            let nc = (cols.j1 - j).min(F::COLS);
+            let ahead = j + ahead_cols + F::COLS <= cols.j1;
             for (t, r0) in (b0..b1).step_by(per).enumerate() {
                 let nr = (b1 - r0).min(per);
                 let pf = if ahead {
                     Prefetch {
-                        // SAFETY: column j + PREFETCH_COLS + COLS - 1 < n exists; a prefetch
-                        // never faults, and the lines stay inside that column tile.
-                        base: unsafe { w.as_ptr().add((j + PREFETCH_COLS) * k) } as *const i8,
+                        // SAFETY: column j + ahead + cols - 1 < n exists; a prefetch never
+                        // faults, and the lines stay inside that column tile.
+                        base: unsafe { w.as_ptr().add((j + ahead_cols) * k) } as *const i8,
                         first: t * share,
                         end: ((t + 1) * share).min(lines),
                         per_step,
@@ -179,7 +240,7 @@ fn rows<T: Load>(x: &[f32], m: usize, k: usize, w: &[T], cols: &super::super::Co
                 let (xp, wp) = (x[r0 * k..].as_ptr(), w[j * k..].as_ptr());
                 // SAFETY: AVX2/FMA present (asserted by the caller); rows r0..r0+nr of x and
                 // columns j..j+nc of w exist (lengths asserted by the caller).
-                unsafe { dispatch(xp, nr, wp, nc, k, pf, &mut out) };
+                unsafe { F::run(xp, nr, wp, nc, k, pf, &mut out) };
                 for (i, row) in out[..nr].iter().enumerate() {
                     for (c, v) in row[..nc].iter().enumerate() {
                         cols.set(r0 + i, j + c, *v);
@@ -220,6 +281,7 @@ fn with_aligned<R>(x: &[f32], f: impl FnOnce(&[f32]) -> R) -> R {
 #[repr(C, align(32))]
 struct Lanes([f32; 8]);
 
+/// Runs the `nr × nc` 3 × 3-family tile.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dispatch<T: Load>(
     xp: *const f32,
@@ -228,7 +290,7 @@ unsafe fn dispatch<T: Load>(
     nc: usize,
     k: usize,
     pf: Prefetch,
-    out: &mut [[f32; COLS]; ROWS],
+    out: &mut TileOut,
 ) {
     macro_rules! go {
         ($($r:literal, $c:literal);*) => {
@@ -249,7 +311,7 @@ unsafe fn tile<const R: usize, const C: usize, T: Load>(
     wp: *const T,
     k: usize,
     pf: Prefetch,
-    out: &mut [[f32; COLS]; ROWS],
+    out: &mut TileOut,
 ) {
     let mut acc = [[_mm256_setzero_ps(); C]; R];
     let mut line = pf.first;

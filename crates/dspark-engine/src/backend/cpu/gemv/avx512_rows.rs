@@ -16,8 +16,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::Columns;
-use super::avx2::{Load, Prefetch};
+use super::avx2::{Load, Prefetch, RowTiles, TileOut};
 use super::x86::hsum;
 
 /// Rows per tile.
@@ -38,61 +37,28 @@ pub fn available() -> bool {
     super::avx512::available()
 }
 
-/// Rows `0..m` of `x` against the task's columns `cols.j0..cols.j1` of `w`, `m >= 2`.
-pub fn rows<T: Load>(x: &[f32], m: usize, k: usize, w: &[T], cols: &Columns) {
-    assert!(available(), "gemv avx512: CPU lacks AVX-512F");
-    assert!(
-        x.len() >= m * k && w.len() >= cols.j1 * k,
-        "gemv avx512: short operands"
-    );
-    let mut out = [[0f32; COLS]; ROWS];
-    let lines = (COLS * k * std::mem::size_of::<T>()).div_ceil(64);
-    let ahead = (PREFETCH_BYTES / (COLS * k * std::mem::size_of::<T>())).max(1) * COLS;
-    for b0 in (0..m).step_by(ROW_BLOCK) {
-        let b1 = (b0 + ROW_BLOCK).min(m);
-        // balanced row tiles (13 rows: 7 + 6)
-        let per = (b1 - b0).div_ceil((b1 - b0).div_ceil(ROWS));
-        let share = lines.div_ceil((b1 - b0).div_ceil(per));
-        let per_step = share.div_ceil((k / 8).max(1));
-        for j in (cols.j0..cols.j1).step_by(COLS) {
-            let nc = (cols.j1 - j).min(COLS);
-            // a missing column of the last pair reads the last real one; its output is dropped
-            let wp: [*const T; COLS] =
-                std::array::from_fn(|c| w[(j + c.min(nc - 1)) * k..].as_ptr());
-            for (t, r0) in (b0..b1).step_by(per).enumerate() {
-                let nr = (b1 - r0).min(per);
-                let pf = if j + ahead + COLS <= cols.j1 {
-                    // SAFETY: column j + ahead + COLS - 1 < n exists; a prefetch never faults
-                    let base = unsafe { w.as_ptr().add((j + ahead) * k) } as *const i8;
-                    Prefetch {
-                        base,
-                        first: t * share,
-                        end: ((t + 1) * share).min(lines),
-                        per_step,
-                    }
-                } else {
-                    Prefetch::NONE
-                };
-                // SAFETY: AVX-512F, AVX2 and FMA present (asserted above); rows r0..r0+nr of x
-                // and the columns behind `wp` exist (lengths asserted above).
-                unsafe {
-                    dispatch(
-                        x[r0 * k..].as_ptr(),
-                        nr,
-                        wp,
-                        nc.div_ceil(2),
-                        k,
-                        pf,
-                        &mut out,
-                    )
-                };
-                for (i, row) in out[..nr].iter().enumerate() {
-                    for (c, v) in row[..nc].iter().enumerate() {
-                        cols.set(r0 + i, j + c, *v);
-                    }
-                }
-            }
-        }
+/// These tiles, for [`super::avx2`]'s row scheduler (the caller checked [`available`]).
+pub(super) struct Avx512Tiles;
+
+impl RowTiles for Avx512Tiles {
+    const ROWS: usize = ROWS;
+    const COLS: usize = COLS;
+    const ROW_BLOCK: usize = ROW_BLOCK;
+    fn ahead<T>(k: usize) -> usize {
+        (PREFETCH_BYTES / (COLS * k * std::mem::size_of::<T>())).max(1) * COLS
+    }
+    /// A missing column of the last pair reads the last real one; its output is dropped.
+    unsafe fn run<T: Load>(
+        xp: *const f32,
+        nr: usize,
+        wp: *const T,
+        nc: usize,
+        k: usize,
+        pf: Prefetch,
+        out: &mut TileOut,
+    ) {
+        let cols: [*const T; COLS] = std::array::from_fn(|c| wp.add(c.min(nc - 1) * k));
+        dispatch(xp, nr, cols, nc.div_ceil(2), k, pf, out)
     }
 }
 
@@ -104,7 +70,7 @@ unsafe fn dispatch<T: Load>(
     np: usize,
     k: usize,
     pf: Prefetch,
-    out: &mut [[f32; COLS]; ROWS],
+    out: &mut TileOut,
 ) {
     macro_rules! go {
         ($($r:literal),*) => {
@@ -126,7 +92,7 @@ unsafe fn tile<const R: usize, const P: usize, T: Load>(
     wp: [*const T; COLS],
     k: usize,
     pf: Prefetch,
-    out: &mut [[f32; COLS]; ROWS],
+    out: &mut TileOut,
 ) {
     let mut acc = [[_mm512_setzero_ps(); P]; R];
     let mut line = pf.first;
