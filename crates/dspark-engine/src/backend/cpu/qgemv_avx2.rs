@@ -40,12 +40,11 @@ pub unsafe fn tile<const NIB: bool, const S8: bool, const PER16: bool, const H: 
 ) {
     assert_eq!(w.half, H, "tile chosen for the other scale layout");
     if nr == 1 {
-        // one row streams one column at a time (one sequential stream prefetches best)
-        for (c, o) in out[0].iter_mut().enumerate() {
-            let mut one = [[0f32; 2]; 2];
-            rows::<1, 1, NIB, S8, PER16, H>(w, j + c, x, r0, &mut one);
-            *o = one[0][0];
-        }
+        // one row: the four columns of a group at once, one sequential stream of their
+        // interleaved pairs (a few registers spill; still faster than two passes)
+        let mut one = [[0f32; COL_TILE]; 1];
+        rows::<1, COL_TILE, NIB, S8, PER16, H>(w, j, x, r0, &mut one);
+        out[0] = one[0];
         return;
     }
     // tiles of 2 rows x 2 columns keep the accumulators and codes in the 16 registers
@@ -53,14 +52,15 @@ pub unsafe fn tile<const NIB: bool, const S8: bool, const PER16: bool, const H: 
     while r < nr {
         let two = nr - r >= 2;
         for c in (0..COL_TILE).step_by(2) {
-            let mut part = [[0f32; 2]; 2];
             if two {
+                let mut part = [[0f32; 2]; 2];
                 rows::<2, 2, NIB, S8, PER16, H>(w, j + c, x, r0 + r, &mut part);
+                out[r][c..c + 2].copy_from_slice(&part[0]);
+                out[r + 1][c..c + 2].copy_from_slice(&part[1]);
             } else {
+                let mut part = [[0f32; 2]; 1];
                 rows::<1, 2, NIB, S8, PER16, H>(w, j + c, x, r0 + r, &mut part);
-            }
-            for (i, pr) in part.iter().enumerate().take(if two { 2 } else { 1 }) {
-                out[r + i][c..c + 2].copy_from_slice(pr);
+                out[r][c..c + 2].copy_from_slice(&part[0]);
             }
         }
         r += if two { 2 } else { 1 };
@@ -163,24 +163,27 @@ unsafe fn rows<
     j: usize,
     x: &QRows,
     r0: usize,
-    out: &mut [[f32; 2]; 2],
+    out: &mut [[f32; C]; R],
 ) {
     let (cpp, spp) = (w.codes_per_pair(), w.fmt.scales_per_pair());
     let mut acc = [[_mm256_setzero_ps(); C]; R];
-    let wc = w.codes.as_ptr().add(j * w.np * cpp);
     let sw = spp * if H { 2 } else { 4 };
-    let ws = w.scales.as_ptr().add(j * w.np * sw);
+    // pairs interleave across groups of COL_TILE columns (QPacked::pair_at)
+    let lane0 = j % COL_TILE;
+    let wc = w.codes.as_ptr().add((j - lane0) * w.np * cpp);
+    let ws = w.scales.as_ptr().add((j - lane0) * w.np * sw);
     for p in 0..w.np {
         let mut wv = [(_mm256_setzero_si256(), _mm256_setzero_si256()); C];
         // S8: |q| once per column, shared by the tile's rows
         let mut wa = wv;
         let mut sv = [(_mm256_setzero_ps(), _mm256_setzero_ps()); C];
         for c in 0..C {
-            wv[c] = codes::<NIB, S8>(wc.add((c * w.np + p) * cpp));
+            let pc = p * COL_TILE + lane0 + c;
+            wv[c] = codes::<NIB, S8>(wc.add(pc * cpp));
             if S8 {
                 wa[c] = (_mm256_abs_epi8(wv[c].0), _mm256_abs_epi8(wv[c].1));
             }
-            sv[c] = scales::<PER16, H>(ws.add((c * w.np + p) * sw));
+            sv[c] = scales::<PER16, H>(ws.add(pc * sw));
         }
         for (i, acc_r) in acc.iter_mut().enumerate() {
             let xb = ((r0 + i) * x.np + p) * 16;

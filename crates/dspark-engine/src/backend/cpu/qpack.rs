@@ -4,10 +4,14 @@
 //! scale per 16 or 32 elements, an optional `min` per 32-element block and a zero point fixed
 //! by the format. Scales and mins are kept as f16 where the format stores them so (Q8_0, Q4_0,
 //! Q4_1: 20 bytes per Q4_1 block instead of 24, for a decode that streams weights at memory
-//! speed) and as f32 where they are products (Q4_K, Q6_K). Two consecutive 32-element blocks A and B form a *pair* whose codes are
-//! ordered `[A0‥15, B0‥15, A16‥31, B16‥31]` (as bytes, or as the low and high nibbles of 32
-//! bytes), so one 512-bit load feeds a u8·i8 dot of 64 lanes whose i32 groups of four each
-//! carry one scale.
+//! speed) and as f32 where they are products (Q4_K, Q6_K). Two consecutive 32-element blocks A
+//! and B form a *pair* whose codes are ordered `[A0‥15, B0‥15, A16‥31, B16‥31]` (as bytes, or as
+//! the low and high nibbles of 32 bytes), so one 512-bit load feeds a u8·i8 dot of 64 lanes
+//! whose i32 groups of four each carry one scale.
+//!
+//! Pairs (codes and scales) are interleaved across each group of [`COL_TILE`] columns: pair `q`
+//! of columns `4g‥4g+3` sit side by side ([`QPacked::pair_at`]), so a tile of four columns reads
+//! one sequential stream, and so does a single row's decode step.
 //!
 //! The repacking is exact: scales and mins are the format's f16 fields, or products of them and
 //! small integers, which f32 holds exactly, so each weight dequantizes to what GGUF defines.
@@ -263,7 +267,8 @@ impl QPacked {
             }
             for (b, blk) in blocks.iter().enumerate() {
                 let (pair, second) = (b / 2, b % 2);
-                let c = &mut p.codes[(j * np + pair) * cpp..(j * np + pair + 1) * cpp];
+                let at = p.pair_at(j, pair);
+                let c = &mut p.codes[at * cpp..(at + 1) * cpp];
                 if fmt.nibbles() {
                     for i in 0..16 {
                         c[16 * second + i] = blk.codes[i] | (blk.codes[i + 16] << 4);
@@ -272,7 +277,7 @@ impl QPacked {
                     c[16 * second..16 * second + 16].copy_from_slice(&blk.codes[..16]);
                     c[32 + 16 * second..48 + 16 * second].copy_from_slice(&blk.codes[16..]);
                 }
-                let s = (j * np + pair) * spp;
+                let s = at * spp;
                 if spp == 4 {
                     put(&mut p.scales, half, s + second, blk.scale[0]);
                     put(&mut p.scales, half, s + 2 + second, blk.scale[1]);
@@ -295,7 +300,8 @@ impl QPacked {
             .map(|e| {
                 let (b, i) = (e / QK, e % QK);
                 let (pair, second, hi) = (b / 2, b % 2, i / 16);
-                let c = &self.codes[(j * self.np + pair) * cpp..];
+                let at = self.pair_at(j, pair);
+                let c = &self.codes[at * cpp..];
                 let code = if self.fmt.nibbles() {
                     let byte = c[16 * second + i % 16];
                     if hi == 1 {
@@ -306,7 +312,7 @@ impl QPacked {
                 } else {
                     c[32 * hi + 16 * second + i % 16]
                 };
-                let s = (j * self.np + pair) * spp;
+                let s = at * spp;
                 let scale = if spp == 4 {
                     self.scale(s + 2 * hi + second)
                 } else {
@@ -331,7 +337,15 @@ impl QPacked {
         }
     }
 
-    /// Scale `i` (pair `q` of column `j` starts at `(j · np + q) · scales_per_pair`).
+    /// Index of pair `q` of column `j` among all pairs: the codes start at `pair_at · 32` (or
+    /// 64) bytes, the scales at scale `pair_at · scales_per_pair`. Columns interleave in groups
+    /// of [`COL_TILE`]: `((j / 4) · np + q) · 4 + j % 4`.
+    #[inline]
+    pub fn pair_at(&self, j: usize, q: usize) -> usize {
+        ((j / COL_TILE) * self.np + q) * COL_TILE + j % COL_TILE
+    }
+
+    /// Scale `i` (pair `q` of column `j` starts at `pair_at(j, q) · scales_per_pair`).
     #[inline]
     pub fn scale(&self, i: usize) -> f32 {
         get(&self.scales, self.half, i)

@@ -69,23 +69,25 @@ fn timing_at(n: usize, k: usize) {
     }
 }
 
-/// SmolLM2-135M's 30 layers of Q4_1 matrices and its tied head, ~110 MB, beyond the L3,
+/// SmolLM2-135M's 30 layers of Q4_1 matrices and its tied Q8_0 head, ~96 MB, beyond the L3,
 /// called in decode order with one row: the DRAM-bound case of a real decode step.
 /// `DSPARK_FAN_OUT=never cargo test --release -p dspark-engine qgemv_decode_like --
 /// --ignored --nocapture` (on-CPU time of the calling thread)
 #[test]
 #[ignore]
 fn qgemv_decode_like() {
-    let mk = |n: usize, k: usize, salt: usize| {
-        let mut bytes: Vec<u8> = (0..n * k / 32 * 20)
+    let mkf = |fmt: QFormat, n: usize, k: usize, salt: usize| {
+        let (bb, be) = fmt.gguf_block();
+        let mut bytes: Vec<u8> = (0..n * k / be * bb)
             .map(|i| ((i + salt) * 7 % 251) as u8)
             .collect();
-        for blk in bytes.chunks_exact_mut(20) {
+        for blk in bytes.chunks_exact_mut(bb) {
             blk[0..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
             blk[2..4].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
         }
-        QPacked::from_gguf(QFormat::Q4_1, &bytes, n, k).unwrap()
+        QPacked::from_gguf(fmt, &bytes, n, k).unwrap()
     };
+    let mk = |n: usize, k: usize, salt: usize| mkf(QFormat::Q4_1, n, k, salt);
     let mut mats = Vec::new();
     for l in 0..30 {
         mats.extend([
@@ -95,7 +97,8 @@ fn qgemv_decode_like() {
             mk(576, 1536, l),
         ]);
     }
-    mats.push(mk(49152, 576, 99));
+    // the demo GGUF's tied embedding is Q8_0
+    mats.push(mkf(QFormat::Q8_0, 49152, 576, 99));
     let bytes: usize = mats.iter().map(|w| w.bytes()).sum();
     let x: Vec<f32> = (0..1536).map(|i| (i % 7) as f32 - 3.0).collect();
     let mut y = vec![0f32; 49152];
