@@ -201,6 +201,48 @@ fn script<B: Backend>(b: &B, m: &Transformer<B>, prompt: &[u32]) -> Vec<Vec<u32>
     outs
 }
 
+/// The real SmolLM2 GGUF (Q4_1 layers, a Q8_0 tied embedding) loaded dequantized, held packed
+/// and run by the exact kernel (`backend/cpu/qexact.rs`, the default on AVX-512 CPUs) gives
+/// every output of the dense f32 copy's forwards bit for bit: prefill, 150 decode steps,
+/// verify blocks of 1..=16 rows with and without taps, rollbacks. Embedding rows come from the
+/// packed table too. Where the CPU lacks the kernel, both loads are dense and this says so.
+#[test]
+fn exact_packed_smollm2_gives_the_dense_copys_bits() {
+    let path = artefact("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let dense = CandleBackend::cpu().with_exact_packed(false);
+    let packed = CandleBackend::cpu().with_exact_packed(true);
+    let a = load_model(&dense, &path, None).unwrap();
+    let b = load_model(&packed, &path, None).unwrap();
+    let report = b.load_report.as_ref().unwrap().summary();
+    if !dspark_engine::backend::cpu::qexact::available() {
+        eprintln!("skipped: this CPU has no exact packed kernel (loads: {report})");
+        return;
+    }
+    assert!(
+        report.contains("packed Q4_1, exact F32") && report.contains("packed Q8_0, exact F32"),
+        "{report}"
+    );
+    let (held_a, held_b) = (
+        a.load_report.as_ref().unwrap().held_bytes(),
+        b.load_report.as_ref().unwrap().held_bytes(),
+    );
+    assert!(
+        held_b * 4 < held_a,
+        "packed {held_b} vs dense {held_a} bytes"
+    );
+    for text in ["The quick brown fox", "def fib(n):\n    \"\"\"Return"] {
+        let prompt = a.tokenizer.encode(text, false).unwrap();
+        let (x, y) = (
+            script(&dense, &a.model, &prompt),
+            script(&packed, &b.model, &prompt),
+        );
+        assert_eq!(x.len(), y.len(), "output count");
+        for (i, (x, y)) in x.iter().zip(&y).enumerate() {
+            assert!(x == y, "{text:?}: output {i} differs");
+        }
+    }
+}
+
 /// The model's fixed-shape step path ([`Backend::run_step`], with the cache's room reserved
 /// first) gives the plain forwards' bits. On the CPU it has no graphs, so this covers the
 /// model's side of it: the reservation, the step keys and the outputs' order.

@@ -11,7 +11,7 @@ use candle_core::{DType as CDType, Device, Module, Tensor};
 use super::{err, CandleBackend};
 use crate::backend::cpu::affine::{self, Affine, OwnedParams};
 use crate::backend::cpu::qpack::{QFormat, QPacked};
-use crate::backend::cpu::{gemv, ops as cpu_ops};
+use crate::backend::cpu::{gemv, ops as cpu_ops, qexact};
 use crate::backend::{profile, BResult, Backend, DType};
 use crate::weights::HostTensor;
 
@@ -38,6 +38,9 @@ pub enum CandleLinear {
     Quant(QMatMul),
     /// GGUF blocks repacked at load (`backend/cpu/qpack.rs`), run by `backend/cpu/qgemv.rs`.
     Blocks(Arc<QPacked>),
+    /// GGUF blocks held packed for a dequantized model, run by `backend/cpu/qexact.rs` with the
+    /// bits of the dense f32 copy (at the quantized file's memory traffic).
+    Exact(Arc<QPacked>),
     /// MLX affine 4/8-bit codes as stored, run by `backend/cpu/affine.rs` (f32 activations).
     Affine {
         codes: Vec<u8>,
@@ -128,6 +131,7 @@ impl CandleBackend {
         let w = self.pick_linear(host)?;
         let (form, held) = match &w {
             CandleLinear::Blocks(p) => (format!("packed {:?}", p.fmt), p.bytes() as u64),
+            CandleLinear::Exact(p) => (format!("packed {:?}, exact F32", p.fmt), p.bytes() as u64),
             CandleLinear::Quant(_) => match host {
                 HostTensor::Ggml(q) => (
                     format!("candle {:?}", q.dtype()),
@@ -169,6 +173,22 @@ impl CandleBackend {
                     return Ok(CandleLinear::Blocks(Arc::new(packed)));
                 }
                 return QMatMul::from_arc(q).map(CandleLinear::Quant).map_err(err);
+            }
+            // dequantized: Q8_0/Q4_0/Q4_1 stay packed where the exact kernel runs (the dense
+            // copy's bits, a fifth to an eighth of its bytes)
+            let exact = our_block_format(q.dtype()).filter(|f| {
+                self.exact_packed
+                    && quantized
+                    && self.cpu_kernels()
+                    && qexact::supports(*f)
+                    && qexact::available()
+            });
+            if let Some(fmt) = exact {
+                let (n, k) = q.shape().dims2().map_err(err)?;
+                let bytes = q.data().map_err(err)?;
+                let packed = QPacked::from_gguf(fmt, &bytes, n, k)
+                    .map_err(|e| err(candle_core::Error::Msg(e)))?;
+                return Ok(CandleLinear::Exact(Arc::new(packed)));
             }
         }
         // MLX affine 4/8-bit weights stay packed on the CPU (f32 activations, so the results
@@ -276,6 +296,7 @@ impl CandleBackend {
             CandleLinear::Dense(_) => "matmul.dense",
             CandleLinear::Quant(_) => "matmul.candle-quant",
             CandleLinear::Blocks(_) => "matmul.blocks",
+            CandleLinear::Exact(_) => "matmul.exact",
             CandleLinear::Affine { .. } => "matmul.affine",
         });
         match w {
@@ -299,7 +320,8 @@ impl CandleBackend {
                 };
                 on_f32(x, &op)
             }
-            CandleLinear::Blocks(w) => on_f32(x, &cpu_ops::QGemv { w }),
+            CandleLinear::Blocks(w) => on_f32(x, &cpu_ops::QGemv { w, exact: false }),
+            CandleLinear::Exact(w) => on_f32(x, &cpu_ops::QGemv { w, exact: true }),
             CandleLinear::Quant(q) => {
                 let xin = x.to_dtype(CDType::F32).map_err(err)?;
                 q.forward(&xin)

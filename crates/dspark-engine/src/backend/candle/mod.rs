@@ -52,6 +52,10 @@ pub struct CandleBackend {
     cpu_device_argmax: bool,
     /// Fuse SwiGLU's gate and up weights off CUDA too ([`CandleBackend::with_fused_swiglu`]).
     cpu_fused_swiglu: bool,
+    /// Hold dequantized GGUF Q8_0/Q4_0/Q4_1 weights packed and run them by the exact kernel
+    /// (`backend/cpu/qexact.rs`: the dense f32 copy's bits) where the CPU has it;
+    /// `DSPARK_EXACT_PACKED=0` keeps the dense copy ([`CandleBackend::with_exact_packed`]).
+    exact_packed: bool,
     /// What each loaded weight became (see `take_load_report`).
     report: std::sync::Arc<std::sync::Mutex<crate::backend::load_report::LoadReport>>,
     /// The last attention mask built, with its key: every layer of one forward asks for the
@@ -97,6 +101,7 @@ impl CandleBackend {
             own_kernels: own_kernels_from_env(),
             cpu_device_argmax: false,
             cpu_fused_swiglu: false,
+            exact_packed: std::env::var("DSPARK_EXACT_PACKED").map_or(true, |v| v != "0"),
             step_graphs: false,
             report: Default::default(),
             last_mask: Default::default(),
@@ -124,6 +129,7 @@ impl CandleBackend {
             keep_quantized: false,
             cpu_device_argmax: false,
             cpu_fused_swiglu: false,
+            exact_packed: false,
             own_kernels: cfg!(feature = "cuda")
                 && std::env::var("DSPARK_CUDA_KERNELS").map_or(true, |v| v != "0"),
             step_graphs: steps::graphs_from_env(),
@@ -152,6 +158,13 @@ impl CandleBackend {
     /// the loading and wiring that the CUDA GEMM's fused epilogue relies on.
     pub fn with_fused_swiglu(mut self, on: bool) -> Self {
         self.cpu_fused_swiglu = on;
+        self
+    }
+
+    /// Whether dequantized GGUF Q8_0/Q4_0/Q4_1 weights stay packed under the dense copy's
+    /// arithmetic (on by default where the CPU runs it; off: the dense f32 copy).
+    pub fn with_exact_packed(mut self, on: bool) -> Self {
+        self.exact_packed = on;
         self
     }
 
@@ -289,11 +302,11 @@ impl Backend for CandleBackend {
     }
 
     fn has_rows(&self, w: &CandleLinear) -> bool {
-        matches!(w, CandleLinear::Blocks(_)) && self.dtype == DType::F32
+        matches!(w, CandleLinear::Blocks(_) | CandleLinear::Exact(_)) && self.dtype == DType::F32
     }
 
     fn gather_rows(&self, w: &CandleLinear, ids: &[u32]) -> BResult<Tensor> {
-        let CandleLinear::Blocks(p) = w else {
+        let (CandleLinear::Blocks(p) | CandleLinear::Exact(p)) = w else {
             return Err(err(candle_core::Error::Msg(
                 "row gather needs packed blocks".into(),
             )));

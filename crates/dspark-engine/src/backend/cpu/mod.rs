@@ -11,6 +11,7 @@ pub mod contention;
 pub mod gemv;
 pub mod ops;
 pub mod pool;
+pub mod qexact;
 pub mod qgemv;
 #[cfg(target_arch = "x86_64")]
 mod qgemv_avx2;

@@ -132,6 +132,9 @@ impl CustomOp1 for Rope<'_> {
 /// `x[.., k] · W[n, k]ᵀ` with W GGUF-quantized, packed by `qpack.rs`.
 pub struct QGemv<'a> {
     pub w: &'a QPacked,
+    /// The dequantized weights' f32 arithmetic ([`super::qexact`]) instead of 8-bit
+    /// activations ([`qgemv`]).
+    pub exact: bool,
 }
 
 impl CustomOp1 for QGemv<'_> {
@@ -157,7 +160,11 @@ impl CustomOp1 for QGemv<'_> {
         };
         let m = lead.iter().product::<usize>();
         let mut y = vec![0f32; m * self.w.n];
-        qgemv(x, m, self.w, &mut y);
+        if self.exact {
+            super::qexact::gemv(x, m, self.w, &mut y);
+        } else {
+            qgemv(x, m, self.w, &mut y);
+        }
         let mut od = xd.to_vec();
         *od.last_mut().unwrap() = self.w.n;
         Ok((CpuStorage::F32(y), Shape::from(od)))

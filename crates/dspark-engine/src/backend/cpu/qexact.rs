@@ -1,0 +1,286 @@
+//! Exact f32 matmul from GGUF blocks held packed (Q8_0, Q4_0, Q4_1 in [`QPacked`]'s layout):
+//! the model a user loads dequantized, at the memory traffic of its quantized file.
+//!
+//! Each weight is rebuilt in registers as the f32 value the loader's dequantization gives it:
+//! `d · q` (Q8_0, Q4_0 with `q` the signed code), or `d · q + m` (Q4_1). The product of an f16
+//! scale (11 significant bits) and a code of at most 8 bits is exact in f32, so the one
+//! rounding is that of `+ m`, and a fused multiply-add rounds the same. Every output then runs
+//! [`super::gemv`]'s arithmetic on those weights: one 8-lane accumulator over `k` in steps of
+//! 8, the same fixed-order horizontal sum (`k` is a multiple of 32, so no scalar tail). A row
+//! therefore has the bits of the dense f32 GEMV on the dequantized copy, for any row count.
+//!
+//! Two columns share a 16-lane register (lanes 0-7 column `c`, 8-15 column `c + 1`), as in
+//! [`super::gemv::avx512_rows`]; a tile is up to [`ROWS`] rows × one group of 4 interleaved
+//! columns, so even one row reads the weights as one sequential stream. AVX-512 only (with DQ
+//! and F16C): elsewhere the loader keeps the dense f32 copy.
+
+use super::qpack::{QFormat, QPacked, COL_TILE};
+
+/// Rows per tile (2 accumulators each).
+const ROWS: usize = 8;
+/// Rows per block of a prefill chunk (their activations stay in the L2 while the block streams
+/// the task's columns once).
+const ROW_BLOCK: usize = 64;
+
+/// Whether this CPU runs the exact packed matmul.
+pub fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("avx512dq")
+            && std::is_x86_feature_detected!("f16c")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Whether `fmt` has an exact packed form (f16 scales and mins: every weight `d · q (+ m)`).
+pub fn supports(fmt: QFormat) -> bool {
+    matches!(fmt, QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q4_1)
+}
+
+/// `y[m · n]` = `x[m · k]` times the dequantized `w`ᵀ, with the bits of
+/// [`super::gemv::gemv_f32`] on `w`'s dequantized rows. Panics on inconsistent lengths, a
+/// format without an exact form, or a CPU without [`available`] (callers check).
+pub fn gemv(x: &[f32], m: usize, w: &QPacked, y: &mut [f32]) {
+    assert_eq!(x.len(), m * w.k, "qexact: x is not m*k");
+    assert_eq!(y.len(), m * w.n, "qexact: y is not m*n");
+    assert!(
+        supports(w.fmt) && w.half,
+        "qexact: {:?} has no exact form",
+        w.fmt
+    );
+    assert!(available(), "qexact: CPU lacks AVX-512");
+    #[cfg(target_arch = "x86_64")]
+    super::column_tasks(y, w.n, w.n * w.k * m, |cols| {
+        let mut out = [[0f32; COL_TILE]; ROWS];
+        for b0 in (0..m).step_by(ROW_BLOCK) {
+            let b1 = (b0 + ROW_BLOCK).min(m);
+            // balanced row tiles (9 rows: 5 + 4)
+            let per = (b1 - b0).div_ceil((b1 - b0).div_ceil(ROWS));
+            for j in (cols.j0..cols.j1).step_by(COL_TILE) {
+                for r0 in (b0..b1).step_by(per) {
+                    let nr = (b1 - r0).min(per);
+                    // SAFETY: the CPU has the features (asserted); j is a multiple of
+                    // COL_TILE below n_pad; rows r0..r0+nr of x exist.
+                    unsafe { avx512::tile(w, j, x[r0 * w.k..].as_ptr(), nr, &mut out) };
+                    for (i, row) in out[..nr].iter().enumerate() {
+                        for (c, v) in row.iter().enumerate() {
+                            if j + c < cols.j1 {
+                                cols.set(r0 + i, j + c, *v);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{QFormat, QPacked, COL_TILE, ROWS};
+
+    /// Bytes of codes ahead of the tile to prefetch into the L2.
+    const PREFETCH: usize = 8192;
+
+    /// Rows `0..nr` of `x` (row stride `w.k`) against the interleaved columns `j..j+4`.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/DQ, AVX2, FMA and F16C present; `j` a multiple of 4 below `w.n_pad`;
+    /// `nr` (1..=ROWS) rows of `w.k` floats readable at `x`.
+    pub unsafe fn tile(
+        w: &QPacked,
+        j: usize,
+        x: *const f32,
+        nr: usize,
+        out: &mut [[f32; COL_TILE]; ROWS],
+    ) {
+        macro_rules! by_rows {
+            ($nib:literal, $min:literal) => {
+                match nr {
+                    1 => rows::<1, $nib, $min>(w, j, x, out),
+                    2 => rows::<2, $nib, $min>(w, j, x, out),
+                    3 => rows::<3, $nib, $min>(w, j, x, out),
+                    4 => rows::<4, $nib, $min>(w, j, x, out),
+                    5 => rows::<5, $nib, $min>(w, j, x, out),
+                    6 => rows::<6, $nib, $min>(w, j, x, out),
+                    7 => rows::<7, $nib, $min>(w, j, x, out),
+                    _ => rows::<8, $nib, $min>(w, j, x, out),
+                }
+            };
+        }
+        match w.fmt {
+            QFormat::Q4_1 => by_rows!(true, true),
+            QFormat::Q4_0 => by_rows!(true, false),
+            _ => by_rows!(false, false),
+        }
+    }
+
+    /// `R` rows; `NIB`: 4-bit codes (else bytes); `MIN`: a min per block (Q4_1; codes then
+    /// carry no zero point).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+    unsafe fn rows<const R: usize, const NIB: bool, const MIN: bool>(
+        w: &QPacked,
+        j: usize,
+        x: *const f32,
+        out: &mut [[f32; COL_TILE]; ROWS],
+    ) {
+        let (k, cpp) = (w.k, w.codes_per_pair());
+        let blocks = k / 32;
+        let wc = w.codes.as_ptr().add(j * w.np * cpp);
+        let ws = w.scales.as_ptr().add(j * w.np * 4);
+        let mins = w.mins.as_ptr();
+        let low = _mm512_set1_epi32(15);
+        let zp = _mm512_set1_epi32(w.fmt.zero_point());
+        // lanes 0-7 take entry 0 (column c's), 8-15 entry 2 (column c+1's) of [A_c, B_c,
+        // A_c+1, B_c+1]; `ib` the B entries
+        let ia = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+        let ib = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        for p in 0..w.np {
+            let ahead = wc.wrapping_add(p * COL_TILE * cpp + PREFETCH) as *const i8;
+            for l in 0..COL_TILE * cpp / 64 {
+                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(64 * l));
+            }
+            if p.is_multiple_of(4) {
+                let s = ws.wrapping_add((p * COL_TILE + PREFETCH / cpp) * 4);
+                _mm_prefetch::<_MM_HINT_T1>(s as *const i8);
+            }
+            // per column pair (c, c + 1) = (0, 1), (2, 3): [d_A, d_B] and [m_A, m_B], each
+            // [column c x8 | column c + 1 x8]
+            let mut d = [[_mm512_setzero_ps(); 2]; 2];
+            let mut m = [[_mm512_setzero_ps(); 2]; 2];
+            for (h, c0) in [0, 2].into_iter().enumerate() {
+                let sc = _mm_loadl_epi64(ws.add((p * COL_TILE + c0) * 4) as *const __m128i);
+                let sc = _mm512_castps128_ps512(_mm_cvtph_ps(sc));
+                d[h] = [_mm512_permutexvar_ps(ia, sc), _mm512_permutexvar_ps(ib, sc)];
+                if MIN {
+                    let at = |c: usize| {
+                        (mins.add(((j + c) * w.nm + 2 * p) * 2) as *const i32).read_unaligned()
+                    };
+                    let mm = _mm_cvtph_ps(_mm_set_epi32(0, 0, at(c0 + 1), at(c0)));
+                    let mm = _mm512_castps128_ps512(mm);
+                    m[h] = [_mm512_permutexvar_ps(ia, mm), _mm512_permutexvar_ps(ib, mm)];
+                }
+            }
+            let pc = wc.add(p * COL_TILE * cpp);
+            for blk in 0..2 {
+                if 2 * p + blk >= blocks {
+                    break; // the padding block of an odd count
+                }
+                // Q8_0: bytes k 0..16 of the block at 16·blk, k 16..32 at 32 + 16·blk;
+                // nibbles: byte i holds k = i (low) and k = 16 + i (high)
+                for part in 0..if NIB { 1 } else { 2 } {
+                    let off = 32 * part + 16 * blk;
+                    let b: [__m128i; COL_TILE] = std::array::from_fn(|c| {
+                        _mm_loadu_si128(pc.add(c * cpp + off) as *const __m128i)
+                    });
+                    // k 0..8 and 8..16 of this part, per pair [column c | column c + 1]
+                    let v = [0, 2].map(|c| {
+                        [
+                            _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(b[c], b[c + 1])),
+                            _mm512_cvtepu8_epi32(_mm_unpackhi_epi64(b[c], b[c + 1])),
+                        ]
+                    });
+                    for t in 0..if NIB { 4 } else { 2 } {
+                        let wv: [__m512; 2] = std::array::from_fn(|h| {
+                            let q = match (NIB, t) {
+                                (true, 0 | 1) => _mm512_and_si512(v[h][t], low),
+                                (true, _) => _mm512_srli_epi32(v[h][t - 2], 4),
+                                (false, _) => v[h][t],
+                            };
+                            if MIN {
+                                _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), d[h][blk], m[h][blk])
+                            } else {
+                                let q = _mm512_cvtepi32_ps(_mm512_sub_epi32(q, zp));
+                                _mm512_mul_ps(q, d[h][blk])
+                            }
+                        });
+                        let o = 64 * p + 32 * blk + 16 * part + 8 * t;
+                        for (r, acc_r) in acc.iter_mut().enumerate() {
+                            let xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.add(r * k + o)));
+                            acc_r[0] = _mm512_fmadd_ps(xv, wv[0], acc_r[0]);
+                            acc_r[1] = _mm512_fmadd_ps(xv, wv[1], acc_r[1]);
+                        }
+                    }
+                }
+            }
+        }
+        for (r, acc_r) in acc.iter().enumerate() {
+            for (half, a) in acc_r.iter().enumerate() {
+                out[r][2 * half] = super::super::gemv::hsum8(_mm512_castps512_ps256(*a));
+                out[r][2 * half + 1] = super::super::gemv::hsum8(_mm512_extractf32x8_ps(*a, 1));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rng(seed: &mut u64) -> u64 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        *seed >> 33
+    }
+
+    /// Random GGUF blocks with varied, valid f16 scales (and mins, Q4_1), some negative.
+    fn random(fmt: QFormat, n: usize, k: usize, seed: &mut u64) -> QPacked {
+        let (bb, be) = fmt.gguf_block();
+        let mut bytes: Vec<u8> = (0..n * k / be * bb).map(|_| rng(seed) as u8).collect();
+        let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
+        for blk in bytes.chunks_exact_mut(bb) {
+            let d = (rng(seed) % 2000) as f32 * 1e-5 - 0.004;
+            blk[0..2].copy_from_slice(&f16(d));
+            if fmt == QFormat::Q4_1 {
+                blk[2..4].copy_from_slice(&f16((rng(seed) % 1000) as f32 * 1e-4 - 0.05));
+            }
+        }
+        QPacked::from_gguf(fmt, &bytes, n, k).unwrap()
+    }
+
+    /// Every output has the bits of the dense f32 GEMV on the dequantized rows, for row counts
+    /// that cover one row, the tile sizes, a prefill block and more, and odd column counts and
+    /// block counts.
+    #[test]
+    fn exact_packed_gives_the_dequantized_gemv_bits() {
+        if !available() {
+            eprintln!("skipped: this CPU lacks AVX-512 (the loader keeps dense weights there)");
+            return;
+        }
+        let mut seed = 5;
+        for fmt in [QFormat::Q8_0, QFormat::Q4_0, QFormat::Q4_1] {
+            for &(n, k) in &[(37, 96), (64, 576), (13, 32), (40, 1536)] {
+                let w = random(fmt, n, k, &mut seed);
+                let dense: Vec<f32> = (0..n).flat_map(|j| w.dequantize_row(j)).collect();
+                for m in [1, 2, 3, 5, 8, 9, 17, 70] {
+                    let x: Vec<f32> = (0..m * k)
+                        .map(|_| (rng(&mut seed) % 20001) as f32 * 1e-4 - 1.0)
+                        .collect();
+                    let mut want = vec![0f32; m * n];
+                    super::super::gemv::gemv_f32(&x, m, k, &dense, n, &mut want);
+                    let mut got = vec![0f32; m * n];
+                    gemv(&x, m, &w, &mut got);
+                    for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(
+                            g.to_bits(),
+                            e.to_bits(),
+                            "{fmt:?} {n}x{k}, {m} rows, [{}, {}]: {g} vs {e}",
+                            i / n,
+                            i % n
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
