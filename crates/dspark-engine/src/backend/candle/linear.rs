@@ -124,6 +124,15 @@ fn our_block_format(d: GgmlDType) -> Option<QFormat> {
     }
 }
 
+/// `q`'s blocks repacked for our kernels (`backend/cpu/qpack.rs`).
+fn packed(q: &candle_core::quantized::QTensor, fmt: QFormat) -> BResult<Arc<QPacked>> {
+    let (n, k) = q.shape().dims2().map_err(err)?;
+    let bytes = q.data().map_err(err)?;
+    QPacked::from_gguf(fmt, &bytes, n, k)
+        .map(Arc::new)
+        .map_err(|e| err(candle_core::Error::Msg(e)))
+}
+
 impl CandleBackend {
     /// A matmul weight in the best form this backend can run (see [`CandleLinear`]), noted in
     /// the load report.
@@ -166,11 +175,7 @@ impl CandleBackend {
                 let q = fast_cpu_format(q)?;
                 let ours = our_block_format(q.dtype()).filter(|_| self.cpu_kernels());
                 if let Some(fmt) = ours {
-                    let (n, k) = q.shape().dims2().map_err(err)?;
-                    let bytes = q.data().map_err(err)?;
-                    let packed = QPacked::from_gguf(fmt, &bytes, n, k)
-                        .map_err(|e| err(candle_core::Error::Msg(e)))?;
-                    return Ok(CandleLinear::Blocks(Arc::new(packed)));
+                    return packed(&q, fmt).map(CandleLinear::Blocks);
                 }
                 return QMatMul::from_arc(q).map(CandleLinear::Quant).map_err(err);
             }
@@ -184,11 +189,7 @@ impl CandleBackend {
                     && qexact::available()
             });
             if let Some(fmt) = exact {
-                let (n, k) = q.shape().dims2().map_err(err)?;
-                let bytes = q.data().map_err(err)?;
-                let packed = QPacked::from_gguf(fmt, &bytes, n, k)
-                    .map_err(|e| err(candle_core::Error::Msg(e)))?;
-                return Ok(CandleLinear::Exact(Arc::new(packed)));
+                return packed(q, fmt).map(CandleLinear::Exact);
             }
         }
         // MLX affine 4/8-bit weights stay packed on the CPU (f32 activations, so the results
