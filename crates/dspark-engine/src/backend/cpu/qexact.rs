@@ -14,12 +14,14 @@
 //! columns, so even one row reads the weights as one sequential stream. AVX-512 only (with DQ
 //! and F16C): elsewhere the loader keeps the dense f32 copy.
 
-use super::qpack::{QFormat, QPacked, COL_TILE};
+use super::qpack::{QFormat, QPacked};
 
 /// Rows per tile (2 accumulators each).
+#[cfg(target_arch = "x86_64")]
 const ROWS: usize = 8;
 /// Rows per block of a prefill chunk (their activations stay in the L2 while the block streams
 /// the task's columns once).
+#[cfg(target_arch = "x86_64")]
 const ROW_BLOCK: usize = 64;
 
 /// Whether this CPU runs the exact packed matmul.
@@ -56,6 +58,13 @@ pub fn gemv(x: &[f32], m: usize, w: &QPacked, y: &mut [f32]) {
     );
     assert!(available(), "qexact: CPU lacks AVX-512");
     #[cfg(target_arch = "x86_64")]
+    run(x, m, w, y);
+}
+
+/// [`gemv`]'s work: row blocks, each streaming the task's column groups once in row tiles.
+#[cfg(target_arch = "x86_64")]
+fn run(x: &[f32], m: usize, w: &QPacked, y: &mut [f32]) {
+    use super::qpack::COL_TILE;
     super::column_tasks(y, w.n, w.n * w.k * m, |cols| {
         let mut out = [[0f32; COL_TILE]; ROWS];
         for b0 in (0..m).step_by(ROW_BLOCK) {
@@ -85,7 +94,8 @@ pub fn gemv(x: &[f32], m: usize, w: &QPacked, y: &mut [f32]) {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{QFormat, QPacked, COL_TILE, ROWS};
+    use super::super::qpack::COL_TILE;
+    use super::{QFormat, QPacked, ROWS};
 
     /// Bytes of codes ahead of the tile to prefetch into the L2.
     const PREFETCH: usize = 8192;
