@@ -38,7 +38,8 @@ pub enum CandleLinear {
     Quant(QMatMul),
     /// GGUF blocks repacked at load (`backend/cpu/qpack.rs`), run by `backend/cpu/qgemv.rs`.
     Blocks(Arc<QPacked>),
-    /// GGUF blocks held packed for a dequantized model, run by `backend/cpu/qexact.rs` with the
+    /// GGUF blocks held packed for a dequantized model (Q8_0/Q4_0/Q4_1/Q4_K), run by
+    /// `backend/cpu/qexact.rs` with the
     /// bits of the dense f32 copy (at the quantized file's memory traffic).
     Exact(Arc<QPacked>),
     /// MLX affine 4/8-bit codes as stored, run by `backend/cpu/affine.rs` (f32 activations).
@@ -179,8 +180,8 @@ impl CandleBackend {
                 }
                 return QMatMul::from_arc(q).map(CandleLinear::Quant).map_err(err);
             }
-            // dequantized: Q8_0/Q4_0/Q4_1 stay packed where the exact kernel runs (the dense
-            // copy's bits, a fifth to an eighth of its bytes)
+            // dequantized: Q8_0/Q4_0/Q4_1/Q4_K stay packed where the exact kernel runs (the
+            // dense copy's bits, a fifth to an eighth of its bytes)
             let exact = our_block_format(q.dtype()).filter(|f| {
                 self.exact_packed
                     && quantized

@@ -52,7 +52,7 @@ pub struct CandleBackend {
     cpu_device_argmax: bool,
     /// Fuse SwiGLU's gate and up weights off CUDA too ([`CandleBackend::with_fused_swiglu`]).
     cpu_fused_swiglu: bool,
-    /// Hold dequantized GGUF Q8_0/Q4_0/Q4_1 weights packed and run them by the exact kernel
+    /// Hold dequantized GGUF Q8_0/Q4_0/Q4_1/Q4_K weights packed and run them by the exact kernel
     /// (`backend/cpu/qexact.rs`: the dense f32 copy's bits) where the CPU has it;
     /// `DSPARK_EXACT_PACKED=0` keeps the dense copy ([`CandleBackend::with_exact_packed`]).
     exact_packed: bool,
@@ -161,7 +161,7 @@ impl CandleBackend {
         self
     }
 
-    /// Whether dequantized GGUF Q8_0/Q4_0/Q4_1 weights stay packed under the dense copy's
+    /// Whether dequantized GGUF Q8_0/Q4_0/Q4_1/Q4_K weights stay packed under the dense copy's
     /// arithmetic (on by default where the CPU runs it; off: the dense f32 copy).
     pub fn with_exact_packed(mut self, on: bool) -> Self {
         self.exact_packed = on;

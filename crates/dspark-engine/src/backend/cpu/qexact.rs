@@ -1,10 +1,11 @@
-//! Exact f32 matmul from GGUF blocks held packed (Q8_0, Q4_0, Q4_1 in [`QPacked`]'s layout):
+//! Exact f32 matmul from GGUF blocks held packed (Q8_0, Q4_0, Q4_1, Q4_K in [`QPacked`]'s layout):
 //! the model a user loads dequantized, at the memory traffic of its quantized file.
 //!
 //! Each weight is rebuilt in registers as the f32 value the loader's dequantization gives it:
-//! `d · q` (Q8_0, Q4_0 with `q` the signed code), or `d · q + m` (Q4_1). The product of an f16
-//! scale (11 significant bits) and a code of at most 8 bits is exact in f32, so the one
-//! rounding is that of `+ m`, and a fused multiply-add rounds the same. Every output then runs
+//! `d · q` (Q8_0, Q4_0 with `q` the signed code), or `d · q + m` (Q4_1; Q4_K with `d` an f16
+//! scale times a 6-bit sub-scale and `m` minus the f16 `dmin` times a 6-bit min). The product
+//! of the scale (at most 17 significant bits) and a code of at most 8 bits (4 for Q4_K) is exact
+//! in f32, so the one rounding is that of `+ m`, and a fused multiply-add rounds the same. Every output then runs
 //! [`super::gemv`]'s arithmetic on those weights: one 8-lane accumulator over `k` in steps of
 //! 8, the same fixed-order horizontal sum (`k` is a multiple of 32, so no scalar tail). A row
 //! therefore has the bits of the dense f32 GEMV on the dequantized copy, for any row count.
@@ -40,9 +41,14 @@ pub fn available() -> bool {
     false
 }
 
-/// Whether `fmt` has an exact packed form (f16 scales and mins: every weight `d · q (+ m)`).
+/// Whether `fmt` has an exact packed form: every weight `s · q` or `s · q + m` with `s · q`
+/// exact in f32 (Q8_0, Q4_0, Q4_1: an f16 scale; Q4_K: an f16 scale times a 6-bit sub-scale,
+/// times a 4-bit code, 21 bits). Q6_K (a scale per 16) has none yet.
 pub fn supports(fmt: QFormat) -> bool {
-    matches!(fmt, QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q4_1)
+    matches!(
+        fmt,
+        QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q4_1 | QFormat::Q4K
+    )
 }
 
 /// `y[m · n]` = `x[m · k]` times the dequantized `w`ᵀ, with the bits of
@@ -51,11 +57,7 @@ pub fn supports(fmt: QFormat) -> bool {
 pub fn gemv(x: &[f32], m: usize, w: &QPacked, y: &mut [f32]) {
     assert_eq!(x.len(), m * w.k, "qexact: x is not m*k");
     assert_eq!(y.len(), m * w.n, "qexact: y is not m*n");
-    assert!(
-        supports(w.fmt) && w.half,
-        "qexact: {:?} has no exact form",
-        w.fmt
-    );
+    assert!(supports(w.fmt), "qexact: {:?} has no exact form", w.fmt);
     assert!(available(), "qexact: CPU lacks AVX-512");
     #[cfg(target_arch = "x86_64")]
     run(x, m, w, y);
@@ -113,30 +115,33 @@ mod avx512 {
         out: &mut [[f32; COL_TILE]; ROWS],
     ) {
         macro_rules! by_rows {
-            ($nib:literal, $min:literal) => {
+            ($nib:literal, $min:literal, $h:literal) => {
                 match nr {
-                    1 => rows::<1, $nib, $min>(w, j, x, out),
-                    2 => rows::<2, $nib, $min>(w, j, x, out),
-                    3 => rows::<3, $nib, $min>(w, j, x, out),
-                    4 => rows::<4, $nib, $min>(w, j, x, out),
-                    5 => rows::<5, $nib, $min>(w, j, x, out),
-                    6 => rows::<6, $nib, $min>(w, j, x, out),
-                    7 => rows::<7, $nib, $min>(w, j, x, out),
-                    _ => rows::<8, $nib, $min>(w, j, x, out),
+                    1 => rows::<1, $nib, $min, $h>(w, j, x, out),
+                    2 => rows::<2, $nib, $min, $h>(w, j, x, out),
+                    3 => rows::<3, $nib, $min, $h>(w, j, x, out),
+                    4 => rows::<4, $nib, $min, $h>(w, j, x, out),
+                    5 => rows::<5, $nib, $min, $h>(w, j, x, out),
+                    6 => rows::<6, $nib, $min, $h>(w, j, x, out),
+                    7 => rows::<7, $nib, $min, $h>(w, j, x, out),
+                    _ => rows::<8, $nib, $min, $h>(w, j, x, out),
                 }
             };
         }
-        match w.fmt {
-            QFormat::Q4_1 => by_rows!(true, true),
-            QFormat::Q4_0 => by_rows!(true, false),
-            _ => by_rows!(false, false),
+        match (w.fmt, w.half) {
+            (QFormat::Q4_1, true) => by_rows!(true, true, true),
+            (QFormat::Q4_1 | QFormat::Q4K, false) => by_rows!(true, true, false),
+            (QFormat::Q4_0, true) => by_rows!(true, false, true),
+            (QFormat::Q4_0, false) => by_rows!(true, false, false),
+            (_, true) => by_rows!(false, false, true),
+            (_, false) => by_rows!(false, false, false),
         }
     }
 
-    /// `R` rows; `NIB`: 4-bit codes (else bytes); `MIN`: a min per block (Q4_1; codes then
-    /// carry no zero point).
+    /// `R` rows; `NIB`: 4-bit codes (else bytes); `MIN`: a min per block (Q4_1, Q4_K; codes
+    /// then carry no zero point); `H`: scales and mins stored as f16 (else f32).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-    unsafe fn rows<const R: usize, const NIB: bool, const MIN: bool>(
+    unsafe fn rows<const R: usize, const NIB: bool, const MIN: bool, const H: bool>(
         w: &QPacked,
         j: usize,
         x: *const f32,
@@ -145,7 +150,9 @@ mod avx512 {
         let (k, cpp) = (w.k, w.codes_per_pair());
         let blocks = k / 32;
         let wc = w.codes.as_ptr().add(j * w.np * cpp);
-        let ws = w.scales.as_ptr().add(j * w.np * 4);
+        // bytes of one pair's two scales, and of one min
+        let (sw, mw) = if H { (4, 2) } else { (8, 4) };
+        let ws = w.scales.as_ptr().add(j * w.np * sw);
         let mins = w.mins.as_ptr();
         let low = _mm512_set1_epi32(15);
         let zp = _mm512_set1_epi32(w.fmt.zero_point());
@@ -159,8 +166,8 @@ mod avx512 {
             for l in 0..COL_TILE * cpp / 64 {
                 _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(64 * l));
             }
-            if p.is_multiple_of(4) {
-                let s = ws.wrapping_add((p * COL_TILE + PREFETCH / cpp) * 4);
+            if p.is_multiple_of(64 / (COL_TILE * sw)) {
+                let s = ws.wrapping_add((p * COL_TILE + PREFETCH / cpp) * sw);
                 _mm_prefetch::<_MM_HINT_T1>(s as *const i8);
             }
             // per column pair (c, c + 1) = (0, 1), (2, 3): [d_A, d_B] and [m_A, m_B], each
@@ -168,14 +175,33 @@ mod avx512 {
             let mut d = [[_mm512_setzero_ps(); 2]; 2];
             let mut m = [[_mm512_setzero_ps(); 2]; 2];
             for (h, c0) in [0, 2].into_iter().enumerate() {
-                let sc = _mm_loadl_epi64(ws.add((p * COL_TILE + c0) * 4) as *const __m128i);
-                let sc = _mm512_castps128_ps512(_mm_cvtph_ps(sc));
+                let at = ws.add((p * COL_TILE + c0) * sw);
+                let sc = if H {
+                    _mm_cvtph_ps(_mm_loadl_epi64(at as *const __m128i))
+                } else {
+                    _mm_loadu_ps(at as *const f32)
+                };
+                let sc = _mm512_castps128_ps512(sc);
                 d[h] = [_mm512_permutexvar_ps(ia, sc), _mm512_permutexvar_ps(ib, sc)];
                 if MIN {
-                    let at = |c: usize| {
-                        (mins.add(((j + c) * w.nm + 2 * p) * 2) as *const i32).read_unaligned()
+                    // [m_A, m_B] of column c0, then of c0 + 1
+                    let (m0, m1) = (
+                        mins.add(((j + c0) * w.nm + 2 * p) * mw),
+                        mins.add(((j + c0 + 1) * w.nm + 2 * p) * mw),
+                    );
+                    let mm = if H {
+                        let (a, b) = (
+                            (m0 as *const i32).read_unaligned(),
+                            (m1 as *const i32).read_unaligned(),
+                        );
+                        _mm_cvtph_ps(_mm_set_epi32(0, 0, b, a))
+                    } else {
+                        let (a, b) = (
+                            (m0 as *const i64).read_unaligned(),
+                            (m1 as *const i64).read_unaligned(),
+                        );
+                        _mm_castsi128_ps(_mm_set_epi64x(b, a))
                     };
-                    let mm = _mm_cvtph_ps(_mm_set_epi32(0, 0, at(c0 + 1), at(c0)));
                     let mm = _mm512_castps128_ps512(mm);
                     m[h] = [_mm512_permutexvar_ps(ia, mm), _mm512_permutexvar_ps(ib, mm)];
                 }
@@ -243,19 +269,20 @@ mod tests {
         *seed >> 33
     }
 
-    /// Random GGUF blocks with varied, valid f16 scales (and mins, Q4_1), some negative.
-    fn random(fmt: QFormat, n: usize, k: usize, seed: &mut u64) -> QPacked {
+    /// Random GGUF blocks with varied, valid f16 scales (and mins: Q4_1's min, Q4_K's dmin),
+    /// some negative; held with f16 (`half`) or f32 scales.
+    fn random(fmt: QFormat, n: usize, k: usize, half: bool, seed: &mut u64) -> QPacked {
         let (bb, be) = fmt.gguf_block();
         let mut bytes: Vec<u8> = (0..n * k / be * bb).map(|_| rng(seed) as u8).collect();
         let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
         for blk in bytes.chunks_exact_mut(bb) {
             let d = (rng(seed) % 2000) as f32 * 1e-5 - 0.004;
             blk[0..2].copy_from_slice(&f16(d));
-            if fmt == QFormat::Q4_1 {
+            if matches!(fmt, QFormat::Q4_1 | QFormat::Q4K) {
                 blk[2..4].copy_from_slice(&f16((rng(seed) % 1000) as f32 * 1e-4 - 0.05));
             }
         }
-        QPacked::from_gguf(fmt, &bytes, n, k).unwrap()
+        QPacked::from_gguf_as(fmt, &bytes, n, k, half).unwrap()
     }
 
     /// Every output has the bits of the dense f32 GEMV on the dequantized rows, for row counts
@@ -268,9 +295,22 @@ mod tests {
             return;
         }
         let mut seed = 5;
-        for fmt in [QFormat::Q8_0, QFormat::Q4_0, QFormat::Q4_1] {
-            for &(n, k) in &[(37, 96), (64, 576), (13, 32), (40, 1536)] {
-                let w = random(fmt, n, k, &mut seed);
+        let cases = [
+            (QFormat::Q8_0, true),
+            (QFormat::Q4_0, true),
+            (QFormat::Q4_1, true),
+            (QFormat::Q8_0, false),
+            (QFormat::Q4_1, false),
+            (QFormat::Q4K, false),
+        ];
+        for (fmt, half) in cases {
+            let shapes: &[(usize, usize)] = if fmt == QFormat::Q4K {
+                &[(37, 256), (13, 768), (40, 1536)]
+            } else {
+                &[(37, 96), (64, 576), (13, 32), (40, 1536)]
+            };
+            for &(n, k) in shapes {
+                let w = random(fmt, n, k, half, &mut seed);
                 let dense: Vec<f32> = (0..n).flat_map(|j| w.dequantize_row(j)).collect();
                 for m in [1, 2, 3, 5, 8, 9, 17, 70] {
                     let x: Vec<f32> = (0..m * k)
@@ -284,7 +324,7 @@ mod tests {
                         assert_eq!(
                             g.to_bits(),
                             e.to_bits(),
-                            "{fmt:?} {n}x{k}, {m} rows, [{}, {}]: {g} vs {e}",
+                            "{fmt:?} (f16: {half}) {n}x{k}, {m} rows, [{}, {}]: {g} vs {e}",
                             i / n,
                             i % n
                         );
