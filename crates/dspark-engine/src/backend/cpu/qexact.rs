@@ -96,11 +96,8 @@ fn run(x: &[f32], m: usize, w: &QPacked, y: &mut [f32]) {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::super::qpack::COL_TILE;
+    use super::super::qpack::{prefetch_group, COL_TILE};
     use super::{QFormat, QPacked, ROWS};
-
-    /// Bytes of codes ahead of the tile to prefetch into the L2.
-    const PREFETCH: usize = 8192;
 
     /// Rows `0..nr` of `x` (row stride `w.k`) against the interleaved columns `j..j+4`.
     ///
@@ -149,10 +146,9 @@ mod avx512 {
     ) {
         let (k, cpp) = (w.k, w.codes_per_pair());
         let blocks = k / 32;
-        let wc = w.codes.as_ptr().add(j * w.np * cpp);
         // bytes of one pair's two scales, and of one min
         let (sw, mw) = if H { (4, 2) } else { (8, 4) };
-        let ws = w.scales.as_ptr().add(j * w.np * sw);
+        let (wc, ws) = w.group(j, sw);
         let mins = w.mins.as_ptr();
         let low = _mm512_set1_epi32(15);
         let zp = _mm512_set1_epi32(w.fmt.zero_point());
@@ -162,14 +158,7 @@ mod avx512 {
         let ib = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
         for p in 0..w.np {
-            let ahead = wc.wrapping_add(p * COL_TILE * cpp + PREFETCH) as *const i8;
-            for l in 0..COL_TILE * cpp / 64 {
-                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(64 * l));
-            }
-            if p.is_multiple_of(64 / (COL_TILE * sw)) {
-                let s = ws.wrapping_add((p * COL_TILE + PREFETCH / cpp) * sw);
-                _mm_prefetch::<_MM_HINT_T1>(s as *const i8);
-            }
+            prefetch_group(wc, ws, p, cpp, sw);
             // per column pair (c, c + 1) = (0, 1), (2, 3): [d_A, d_B] and [m_A, m_B], each
             // [column c x8 | column c + 1 x8]
             let mut d = [[_mm512_setzero_ps(); 2]; 2];

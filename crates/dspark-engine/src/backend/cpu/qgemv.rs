@@ -172,6 +172,7 @@ mod portable {
 mod avx512 {
     use std::arch::x86_64::*;
 
+    use super::super::qpack::prefetch_group;
     use super::{QPacked, QRows, COL_TILE, ROW_TILE};
 
     pub fn available() -> bool {
@@ -203,38 +204,6 @@ mod avx512 {
             let two = _mm_castsi128_ps(_mm_loadl_epi64(p as *const __m128i));
             _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(two))
         }
-    }
-
-    /// Bytes of codes ahead of a tile's reads to prefetch into the L2 (Zen 4, `qgemv_decode_like`
-    /// over the demo's weights, one row: 5.4-6.0 ms without, 4.8-5.3 ms at 8 KiB; 2 and 4 KiB
-    /// gain less).
-    const PREFETCH: usize = 8192;
-
-    /// Prefetches into the L2 the codes [`PREFETCH`] bytes past group `p`'s (one line per 64
-    /// bytes) and the scales of the group as far ahead (`sw` bytes per pair, a line at a time):
-    /// each weight is read once per call, and without it the tile computes, then waits.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
-    unsafe fn prefetch(wc: *const u8, ws: *const u8, p: usize, cpp: usize, sw: usize) {
-        let a = wc.wrapping_add(p * COL_TILE * cpp + PREFETCH) as *const i8;
-        for l in 0..COL_TILE * cpp / 64 {
-            _mm_prefetch::<_MM_HINT_T1>(a.wrapping_add(64 * l));
-        }
-        let ahead = PREFETCH / cpp;
-        if p.is_multiple_of((64 / (COL_TILE * sw)).max(1)) {
-            _mm_prefetch::<_MM_HINT_T1>(ws.wrapping_add((p * COL_TILE + ahead) * sw) as *const i8);
-        }
-    }
-
-    /// The codes and scales (`sw` bytes per pair) of the interleaved group of columns
-    /// `j..j+4` (`j` a multiple of 4): pair `q` of column `j + c` is entry `q · 4 + c`.
-    #[inline]
-    unsafe fn group(w: &QPacked, j: usize, sw: usize) -> (*const u8, *const u8) {
-        debug_assert_eq!(j % COL_TILE, 0);
-        (
-            w.codes.as_ptr().add(j * w.np * w.codes_per_pair()),
-            w.scales.as_ptr().add(j * w.np * sw),
-        )
     }
 
     /// The four 16-lane sums of `v` as one 128-bit vector, in one fixed order: 128-bit quarters
@@ -355,12 +324,12 @@ mod avx512 {
     ) {
         let cpp = w.codes_per_pair();
         let mut acc = [[_mm512_setzero_ps(); COL_TILE]; R];
-        let (wc, ws) = group(w, j, 4);
+        let (wc, ws) = w.group(j, 4);
         let spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
         let mask = _mm512_inserti64x4(_mm512_set1_epi8(0x0f), _mm256_set1_epi8(0xf0u8 as i8), 1);
         let start = if NIB { &x.start16 } else { &x.start };
         for p in 0..w.np {
-            prefetch(wc, ws, p, cpp, 4);
+            prefetch_group(wc, ws, p, cpp, 4);
             let mut wv = [_mm512_setzero_si512(); COL_TILE];
             let mut sv = [_mm_setzero_ps(); COL_TILE];
             for c in 0..COL_TILE {
@@ -404,9 +373,9 @@ mod avx512 {
         let (cpp, spp) = (w.codes_per_pair(), w.fmt.scales_per_pair());
         let mut acc = [[_mm512_setzero_ps(); COL_TILE]; R];
         let sw = spp * 4;
-        let (wc, ws) = group(w, j, sw);
+        let (wc, ws) = w.group(j, sw);
         for p in 0..w.np {
-            prefetch(wc, ws, p, cpp, sw);
+            prefetch_group(wc, ws, p, cpp, sw);
             let mut wv = [_mm512_setzero_si512(); COL_TILE];
             let mut sv = [_mm512_setzero_ps(); COL_TILE];
             for c in 0..COL_TILE {
