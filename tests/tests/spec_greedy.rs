@@ -259,8 +259,31 @@ fn measured_count_greedy<B: Backend>(b: B) {
         let (cfg, fsrc) = random_dflash(&spec, &fs, seed);
         let df: Box<dyn Drafter<B>> =
             Box::new(dflash_from_parts(&b, &cfg, &fsrc, &target).unwrap());
-        for (k, mut d) in [ds, df].into_iter().enumerate() {
-            let mut budget = DraftBudget::new(d.block_len());
+        // a draft model with the launcher's default (adaptive) length, whose count the
+        // budget then overrides; synthetic costs where a plain step is the best per token, so
+        // that rounds without drafts (the pending token joins the draft model's backlog)
+        // alternate with the warm-up's and the explorations' drafting rounds
+        let dm: Box<dyn Drafter<B>> = Box::new(
+            DraftModel::new(
+                model(&b, &spec, &perturbed(&tsrc, 0.3, seed)),
+                64,
+                policy::draft_len(Mode::Draft, None),
+            )
+            .unwrap(),
+        );
+        fn plain_step_pays(k: usize) -> f64 {
+            if k == 0 {
+                1.0
+            } else {
+                2.5 + 0.5 * k as f64
+            }
+        }
+        for (k, mut d) in [ds, df, dm].into_iter().enumerate() {
+            let mut budget = if k == 2 {
+                DraftBudget::with_synthetic_cost(d.block_len(), plain_step_pays)
+            } else {
+                DraftBudget::new(d.block_len())
+            };
             for c in cases(seed * 10 + 300 + k as u64, 12, 64) {
                 let base = run_baseline(&target, &c);
                 let p = GenParams {
@@ -268,7 +291,8 @@ fn measured_count_greedy<B: Backend>(b: B) {
                     sampling: SamplingParams::greedy(),
                     eos: c.eos.clone(),
                 };
-                let s = policy::spec_params(Mode::Dflash, None, 0.0);
+                let mode = [Mode::Dspark, Mode::Dflash, Mode::Draft][k];
+                let s = policy::spec_params(mode, None, 0.0);
                 d.truncate(0);
                 let sp = decode::generate_with(
                     &target,
@@ -290,10 +314,16 @@ fn measured_count_greedy<B: Backend>(b: B) {
                 combos += 1;
             }
             let used = budget.rounds_by_count();
-            counts_seen.extend((1..used.len()).filter(|&j| used[j] > 0));
+            if k == 2 {
+                // mostly plain steps, with drafting rounds between them
+                let drafting: u64 = used[1..].iter().sum();
+                assert!(used[0] > drafting && drafting >= 12, "{used:?}");
+            } else {
+                counts_seen.extend((1..used.len()).filter(|&j| used[j] > 0));
+            }
         }
     }
-    assert_eq!(combos, 96);
+    assert_eq!(combos, 144);
     assert!(counts_seen.len() >= 4, "draft counts used: {counts_seen:?}");
 }
 

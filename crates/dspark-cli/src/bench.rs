@@ -391,10 +391,15 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
             100.0 * ss.draft / ss.decode_secs,
             100.0 * ss.verify / ss.decode_secs,
         );
+        let decode_tps = ss.tokens.saturating_sub(spec.len()) as f64 / ss.decode_secs.max(1e-9);
         out["spec"] = json!({"mode": pipe.mode.as_str(), "drafter": pipe.drafter_name(), "tok_s": tps, "ratio_vs_baseline": ratio,
+            "decode_tok_s": decode_tps, "decode_ratio_vs_baseline": decode_tps / base_decode_tps,
+            "prefill_tok_s": ss.prompt_tokens as f64 / ss.prefill.max(1e-9),
             "mean_tau": tau, "achieved_over_ideal": ratio / tau, "draft_share": ss.draft / ss.decode_secs,
             "verify_share": ss.verify / ss.decode_secs, "max_draft": max_draft_label(&pipe, &a),
             "rounds_by_draft_count": pipe.draft_budget().map(|b| b.rounds_by_count().to_vec()),
+            "round_ms_by_draft_count": pipe.draft_budget().map(|b| (0..=b.block()).map(|k| b.round_cost(k).map(|c| 1e3 * c)).collect::<Vec<_>>()),
+            "accept_rate_by_draft_position": pipe.draft_budget().map(|b| (0..b.block()).map(|i| b.accept_rate(i)).collect::<Vec<_>>()),
             "pct_of_baseline_ceiling": 100.0 * tps / ceiling, "cpu_ms_per_token": 1e3 * cpu_spec / ss.tokens.max(1) as f64,
             "cpu_time_ratio_vs_baseline": cpu_ratio});
         if sampled {

@@ -3,7 +3,9 @@
 //! batched forward at prefill, right after the target's; tokens committed but not yet fed (the
 //! last accepted draft of a fully accepted block) wait in a backlog and are fed with the next
 //! round's first forward. With an adaptive [`DraftLen`] the number of drafts follows
-//! [`policy::adaptive_draft_len`] from the sequence's rounds already verified.
+//! [`policy::adaptive_draft_len`] from the sequence's rounds already verified, unless the caller
+//! picks the count (a measured budget, which may also choose rounds without drafts: their
+//! committed token joins the backlog).
 
 use rand::RngCore;
 
@@ -25,8 +27,11 @@ pub struct DraftModel<B: Backend> {
     /// The sequence's verified drafts when the count adapts (`None`: always up to the
     /// round's max).
     adaptive: Option<AcceptanceTally>,
-    /// Drafts proposed in the round being verified.
-    drafted: usize,
+    /// Drafts proposed in the round being verified (`None`: the round had none, so
+    /// `propose` was not called).
+    drafted: Option<usize>,
+    /// The caller picks each round's count: draft exactly what `propose` is given.
+    count_from_caller: bool,
 }
 
 impl<B: Backend> DraftModel<B> {
@@ -54,7 +59,8 @@ impl<B: Backend> DraftModel<B> {
                 DraftLen::Adaptive { start, .. } => Some(AcceptanceTally::new(start)),
                 DraftLen::Fixed(_) => None,
             },
-            drafted: 0,
+            drafted: None,
+            count_from_caller: false,
         })
     }
 }
@@ -108,10 +114,13 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
         let b = self.model.backend().clone();
         let mut feed = std::mem::take(&mut self.backlog);
         feed.push(pending);
-        let max = self
-            .adaptive
-            .map_or(max, |t| policy::adaptive_draft_len(&t, self.block).min(max))
-            .max(1);
+        let max = match self.adaptive {
+            Some(t) if !self.count_from_caller => {
+                policy::adaptive_draft_len(&t, self.block).min(max)
+            }
+            _ => max,
+        }
+        .max(1);
         let mut tokens = Vec::with_capacity(max);
         let mut qs = Vec::new();
         // under a grammar, draft i is chosen from a row masked after drafts 0..i
@@ -139,7 +148,7 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
                 feed = vec![d];
             }
         }
-        self.drafted = tokens.len();
+        self.drafted = Some(tokens.len());
         let q = if sampling.is_greedy() { None } else { Some(qs) };
         Ok(Proposal { tokens, q })
     }
@@ -151,8 +160,20 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
         _taps: Option<&B::Tensor>,
     ) -> Result<(), EngineError> {
         // tokens = pending + the accepted drafts
+        let Some(drafted) = self.drafted.take() else {
+            // a round without drafts: the pending token joins the backlog, fed with the next
+            // round's first forward (or the next prefill)
+            if self.len() != pos {
+                return Err(EngineError::Invalid(format!(
+                    "draft model holds {} positions, the target committed at {pos}",
+                    self.len()
+                )));
+            }
+            self.backlog.extend_from_slice(tokens);
+            return Ok(());
+        };
         if let Some(tally) = self.adaptive.as_mut() {
-            tally.record(self.drafted, tokens.len().saturating_sub(1));
+            tally.record(drafted, tokens.len().saturating_sub(1));
         }
         // the cache holds pending + all but the last draft; accepted ones are a prefix of that
         let end = pos + tokens.len();
@@ -162,7 +183,12 @@ impl<B: Backend> Drafter<B> for DraftModel<B> {
         Ok(())
     }
 
+    fn set_count_from_caller(&mut self, on: bool) {
+        self.count_from_caller = on;
+    }
+
     fn truncate(&mut self, len: usize) {
+        self.drafted = None;
         if len <= self.cache.len() {
             self.cache.truncate(len);
             self.backlog.clear();

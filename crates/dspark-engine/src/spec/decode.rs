@@ -63,6 +63,7 @@ pub fn generate_with<B: Backend>(
     let reuse = cache.len();
     drafter.truncate(reuse);
 
+    drafter.set_count_from_caller(draft_count.is_some());
     let taps = drafter.taps().to_vec();
     let mut stats = GenStats {
         prompt_tokens: prompt.len(),

@@ -139,6 +139,11 @@ pub trait Drafter<B: Backend> {
         pos: usize,
         taps: Option<&B::Tensor>,
     ) -> Result<(), EngineError>;
+    /// Whether the caller picks each round's draft count (a measured
+    /// [`draft_budget::DraftBudget`]): a drafter with a count rule of its own then drafts
+    /// exactly the `max` that [`Drafter::propose`] is given. A round with no drafts calls
+    /// [`Drafter::commit`] without a `propose` before it.
+    fn set_count_from_caller(&mut self, _on: bool) {}
     /// Rolls the drafter back to `len` committed positions (prefix reuse).
     fn truncate(&mut self, len: usize);
     /// Committed positions the drafter holds.

@@ -122,22 +122,23 @@ pub fn adaptive_draft_len(tally: &AcceptanceTally, cap: usize) -> usize {
     (run.min(cap as f64) as usize).clamp(ADAPTIVE_MIN.min(cap), cap)
 }
 
-/// Drafts verified per round when `max_draft` is not configured: the drafter's full block for
-/// DSpark/DFlash (capped later by the checkpoint's block), [`DEFAULT_DRAFT_MODEL_DRAFTS`]
-/// for a draft model.
+/// Drafts verified per round when `max_draft` is not configured: "up to the drafter's block"
+/// for every speculative mode (the checkpoint's block for DSpark/DFlash, a draft model's
+/// [`DEFAULT_DRAFT_MODEL_DRAFTS`]), so that no configured count reads as the default.
 pub fn default_max_draft(mode: Mode) -> usize {
     match mode {
         Mode::Baseline => 1,
-        Mode::Draft => DEFAULT_DRAFT_MODEL_DRAFTS,
-        Mode::Dspark | Mode::Dflash => usize::MAX,
+        Mode::Draft | Mode::Dspark | Mode::Dflash => usize::MAX,
     }
 }
 
 /// Whether the speculative loop picks each round's draft count from measured acceptance and
-/// round costs ([`super::draft_budget::DraftBudget`]): DFlash and DSpark when no count is
-/// configured (their default is then "up to the full block"); a configured count is kept.
+/// round costs ([`super::draft_budget::DraftBudget`]), 0 (a plain target step) included: every
+/// speculative mode when no count is configured; a configured count is kept. A draft model
+/// whose drafts cost about what the target's steps cost (the demo's Q4_1 drafter beside its
+/// exact packed f32 target on AVX-512) then runs at the baseline's speed instead of below it.
 pub fn chooses_draft_count(mode: Mode, max_draft: usize) -> bool {
-    matches!(mode, Mode::Dspark | Mode::Dflash) && max_draft == default_max_draft(mode)
+    mode != Mode::Baseline && max_draft == default_max_draft(mode)
 }
 
 /// Whether a request's output stays the same when its draft count follows measured costs
@@ -161,7 +162,9 @@ pub fn max_draft(mode: Mode, configured: Option<usize>) -> usize {
 /// checkpoint and ignore this).
 pub fn drafter_block(mode: Mode, configured: Option<usize>) -> usize {
     match mode {
-        Mode::Draft => max_draft(mode, configured).clamp(1, MAX_DRAFT_MODEL_BLOCK),
+        Mode::Draft => configured
+            .unwrap_or(DEFAULT_DRAFT_MODEL_DRAFTS)
+            .clamp(1, MAX_DRAFT_MODEL_BLOCK),
         _ => MAX_DRAFT_MODEL_BLOCK,
     }
 }
@@ -256,7 +259,9 @@ mod tests {
 
     #[test]
     fn defaults_and_caps() {
-        assert_eq!(max_draft(Mode::Draft, None), 8);
+        assert_eq!(max_draft(Mode::Draft, None), usize::MAX);
+        assert_eq!(max_draft(Mode::Draft, Some(8)), 8);
+        assert_eq!(drafter_block(Mode::Draft, Some(0)), 1);
         assert_eq!(max_draft(Mode::Dspark, None), usize::MAX);
         assert_eq!(max_draft(Mode::Dflash, Some(0)), 1);
         assert_eq!(drafter_block(Mode::Draft, Some(40)), 16);
@@ -278,10 +283,16 @@ mod tests {
             Mode::Dflash,
             max_draft(Mode::Dflash, Some(16))
         ));
-        assert!(!chooses_draft_count(
+        assert!(chooses_draft_count(
             Mode::Draft,
             max_draft(Mode::Draft, None)
         ));
+        // a configured count is kept, even one equal to the default block
+        assert!(!chooses_draft_count(
+            Mode::Draft,
+            max_draft(Mode::Draft, Some(DEFAULT_DRAFT_MODEL_DRAFTS))
+        ));
+        assert!(!chooses_draft_count(Mode::Baseline, 1));
         let seeded = SamplingParams {
             temperature: 0.7,
             seed: Some(3),
