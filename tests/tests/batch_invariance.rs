@@ -167,6 +167,11 @@ fn cuda_device_argmax_follows_the_host_rule() {
 /// One script of forwards on `m` (prefill, decode steps across the cache's growth, rollbacks,
 /// verify-sized blocks with and without taps and logits): every output, as bits.
 fn script<B: Backend>(b: &B, m: &Transformer<B>, prompt: &[u32]) -> Vec<Vec<u32>> {
+    script_to(b, m, prompt, 150)
+}
+
+/// [`script`], with decode steps up to `upto` positions.
+fn script_to<B: Backend>(b: &B, m: &Transformer<B>, prompt: &[u32], upto: usize) -> Vec<Vec<u32>> {
     let vocab = m.cfg.vocab_size;
     let taps = [0usize, 1];
     let mut cache = m.new_cache();
@@ -181,7 +186,7 @@ fn script<B: Backend>(b: &B, m: &Transformer<B>, prompt: &[u32]) -> Vec<Vec<u32>
             .unwrap(),
     );
     // decode steps: the cache doubles at 64 and 128 positions
-    let steps = ids(150 - prompt.len(), vocab, 11);
+    let steps = ids(upto.saturating_sub(prompt.len()), vocab, 11);
     for &t in &steps {
         keep(
             m.forward(&[t], &mut cache, &[], LogitsWanted::Last)
@@ -206,6 +211,8 @@ fn script<B: Backend>(b: &B, m: &Transformer<B>, prompt: &[u32]) -> Vec<Vec<u32>
 /// every output of the dense f32 copy's forwards bit for bit: prefill, 150 decode steps,
 /// verify blocks of 1..=16 rows with and without taps, rollbacks. Embedding rows come from the
 /// packed table too. Where the CPU lacks the kernel, both loads are dense and this says so.
+/// With `DSPARK_GEMV_AVX512=0` both loads run what AVX2-only CPUs run (the exact kernel's
+/// scratch form, and the blocked GEMM on rebuilt weights for the 70-row prefill).
 #[test]
 fn exact_packed_smollm2_gives_the_dense_copys_bits() {
     let path = artefact("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
@@ -230,8 +237,16 @@ fn exact_packed_smollm2_gives_the_dense_copys_bits() {
         held_b * 4 < held_a,
         "packed {held_b} vs dense {held_a} bytes"
     );
-    for text in ["The quick brown fox", "def fib(n):\n    \"\"\"Return"] {
-        let prompt = a.tokenizer.encode(text, false).unwrap();
+    // two short prompts, and a 70-token one: a prefill past the AVX2 tiles' 32 rows (the
+    // blocked GEMM on rebuilt weights there) and past a 64-row block
+    let long = ids(70, a.model.cfg.vocab_size, 7);
+    let texts = ["The quick brown fox", "def fib(n):\n    \"\"\"Return", ""];
+    for text in texts {
+        let prompt = if text.is_empty() {
+            long.clone()
+        } else {
+            a.tokenizer.encode(text, false).unwrap()
+        };
         let (x, y) = (
             script(&dense, &a.model, &prompt),
             script(&packed, &b.model, &prompt),
@@ -240,6 +255,38 @@ fn exact_packed_smollm2_gives_the_dense_copys_bits() {
         for (i, (x, y)) in x.iter().zip(&y).enumerate() {
             assert!(x == y, "{text:?}: output {i} differs");
         }
+    }
+}
+
+/// The same for the real Gemma-3-270M Q4_K_M GGUF, whose Q4_K, Q6_K (a scale per 16) and
+/// Q8_0 tensors are held packed (its Q5_0 ones stay dense): a 70-token prefill, 20 decode
+/// steps, the verify blocks.
+#[test]
+fn exact_packed_gemma3_gives_the_dense_copys_bits() {
+    let path = artefact("gemma3-270m/gemma-3-270m-q4_k_m.gguf");
+    if !dspark_engine::backend::cpu::qexact::available() {
+        eprintln!("skipped: this CPU has no exact packed kernel");
+        return;
+    }
+    let dense = CandleBackend::cpu().with_exact_packed(false);
+    let packed = CandleBackend::cpu().with_exact_packed(true);
+    let a = load_model(&dense, &path, None).unwrap();
+    let b = load_model(&packed, &path, None).unwrap();
+    let report = b.load_report.as_ref().unwrap().summary();
+    for fmt in ["Q4K", "Q6K", "Q8_0"] {
+        assert!(
+            report.contains(&format!("packed {fmt}, exact F32")),
+            "{report}"
+        );
+    }
+    let prompt = ids(70, a.model.cfg.vocab_size, 5);
+    let (x, y) = (
+        script_to(&dense, &a.model, &prompt, 90),
+        script_to(&packed, &b.model, &prompt, 90),
+    );
+    assert_eq!(x.len(), y.len(), "output count");
+    for (i, (x, y)) in x.iter().zip(&y).enumerate() {
+        assert!(x == y, "output {i} differs");
     }
 }
 

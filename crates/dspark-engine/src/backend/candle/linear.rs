@@ -323,7 +323,17 @@ impl CandleBackend {
                 on_f32(x, &op)
             }
             CandleLinear::Blocks(w) => on_f32(x, &cpu_ops::QGemv { w, exact: false }),
-            CandleLinear::Exact(w) => on_f32(x, &cpu_ops::QGemv { w, exact: true }),
+            CandleLinear::Exact(w) => {
+                let rows = x.elem_count() / w.k.max(1);
+                if x.dtype() == CDType::F32 && !gemv::takes_rows(rows) {
+                    // a prefill chunk on a CPU whose tiles do not take it: the dense copy's
+                    // blocked GEMM, on the same f32 weights rebuilt for this call
+                    let dense = Tensor::from_vec(qexact::dequantize(w), (w.n, w.k), x.device())
+                        .map_err(err)?;
+                    return gemm(x, &dense);
+                }
+                on_f32(x, &cpu_ops::QGemv { w, exact: true })
+            }
             CandleLinear::Quant(q) => {
                 let xin = x.to_dtype(CDType::F32).map_err(err)?;
                 q.forward(&xin)
@@ -331,10 +341,10 @@ impl CandleBackend {
                     .map_err(err)
             }
             CandleLinear::Dense(w) => {
-                let dims = x.dims().to_vec();
-                let k = *dims
-                    .last()
-                    .ok_or_else(|| err(candle_core::Error::Msg("matmul on a scalar".into())))?;
+                let dims = x.dims();
+                if dims.is_empty() {
+                    return Err(err(candle_core::Error::Msg("matmul on a scalar".into())));
+                }
                 let rows: usize = dims[..dims.len() - 1].iter().product();
                 let cpu_kernel = self.cpu_kernels()
                     && x.dtype() == CDType::F32
@@ -353,23 +363,33 @@ impl CandleBackend {
                         .and_then(|x| x.apply_op2_no_bwd(w, &cpu_ops::Gemv))
                         .map_err(err);
                 }
-                // prefill without AVX-512: a blocked GEMM (bf16 weights widened for the call)
-                let w = if w.dtype() != x.dtype() {
-                    w.to_dtype(x.dtype()).map_err(err)?
-                } else {
-                    w.clone()
-                };
-                let out = w.dim(0).map_err(err)?;
-                let y = x
-                    .reshape((rows, k))
-                    .and_then(|x2| x2.matmul(&w.t()?))
-                    .map_err(err)?;
-                let mut od = dims;
-                *od.last_mut().unwrap() = out;
-                y.reshape(od).map_err(err)
+                gemm(x, w)
             }
         }
     }
+}
+
+/// `x[.., k] · w[n, k]ᵀ` by candle's blocked GEMM (prefill without AVX-512; bf16 weights
+/// widened for the call).
+fn gemm(x: &Tensor, w: &Tensor) -> BResult<Tensor> {
+    let dims = x.dims().to_vec();
+    let k = *dims
+        .last()
+        .ok_or_else(|| err(candle_core::Error::Msg("matmul on a scalar".into())))?;
+    let rows: usize = dims[..dims.len() - 1].iter().product();
+    let w = if w.dtype() != x.dtype() {
+        w.to_dtype(x.dtype()).map_err(err)?
+    } else {
+        w.clone()
+    };
+    let out = w.dim(0).map_err(err)?;
+    let y = x
+        .reshape((rows, k))
+        .and_then(|x2| x2.matmul(&w.t()?))
+        .map_err(err)?;
+    let mut od = dims;
+    *od.last_mut().unwrap() = out;
+    y.reshape(od).map_err(err)
 }
 
 /// Runs a custom op of ours on `x` as contiguous f32, giving the result in `x`'s dtype.

@@ -129,6 +129,8 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512_rows;
 #[cfg(target_arch = "x86_64")]
+pub(crate) use avx2::{f32_tile, TileOut};
+#[cfg(target_arch = "x86_64")]
 pub(crate) use x86::hsum as hsum8;
 
 #[cfg(target_arch = "x86_64")]
@@ -190,6 +192,7 @@ mod avx512 {
 
     pub fn available() -> bool {
         super::x86::available()
+            && crate::backend::cpu::gemv_avx512_allowed()
             && std::is_x86_feature_detected!("avx512f")
             && std::is_x86_feature_detected!("avx512vl")
     }

@@ -12,6 +12,8 @@ pub mod gemv;
 pub mod ops;
 pub mod pool;
 pub mod qexact;
+#[cfg(target_arch = "x86_64")]
+mod qexact_avx2;
 pub mod qgemv;
 #[cfg(target_arch = "x86_64")]
 mod qgemv_avx2;
@@ -28,6 +30,16 @@ pub(crate) fn avx2_fma() -> bool {
     std::is_x86_feature_detected!("avx2")
         && std::is_x86_feature_detected!("fma")
         && std::is_x86_feature_detected!("f16c")
+}
+
+/// Whether the f32 GEMV family (dense and exact packed) may take its AVX-512 forms:
+/// `DSPARK_GEMV_AVX512=0` makes it run what AVX2-only CPUs run (their tiles, their prefill
+/// GEMM), for tests and probes on an AVX-512 machine. Read once.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn gemv_avx512_allowed() -> bool {
+    static ALLOWED: std::sync::LazyLock<bool> =
+        std::sync::LazyLock::new(|| std::env::var("DSPARK_GEMV_AVX512").map_or(true, |v| v != "0"));
+    *ALLOWED
 }
 
 /// Below this many multiply-adds a call runs inline: a thread hand-off costs more.

@@ -12,8 +12,10 @@
 //!
 //! Two columns share a 16-lane register (lanes 0-7 column `c`, 8-15 column `c + 1`), as in
 //! [`super::gemv::avx512_rows`]; a tile is up to [`ROWS`] rows × one group of 4 interleaved
-//! columns, so even one row reads the weights as one sequential stream. AVX-512 only (with DQ
-//! and F16C): elsewhere the loader keeps the dense f32 copy.
+//! columns, so even one row reads the weights as one sequential stream. That form needs
+//! AVX-512 (with DQ and F16C). AVX2 CPUs, and Q6_K (a scale per 16) on every x86 CPU, take
+//! `qexact_avx2.rs`: each group rebuilt into a scratch, then the dense tiles. Elsewhere the
+//! loader keeps the dense f32 copy.
 
 use super::qpack::{QFormat, QPacked};
 
@@ -25,29 +27,37 @@ const ROWS: usize = 8;
 #[cfg(target_arch = "x86_64")]
 const ROW_BLOCK: usize = 64;
 
-/// Whether this CPU runs the exact packed matmul.
+/// Whether this CPU runs the exact packed matmul (AVX-512, or AVX2's scratch form).
 pub fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx512vl")
-            && std::is_x86_feature_detected!("avx512dq")
-            && std::is_x86_feature_detected!("f16c")
-            && std::is_x86_feature_detected!("fma")
-            && std::is_x86_feature_detected!("avx2")
+        wide() || super::qexact_avx2::available()
     }
     #[cfg(not(target_arch = "x86_64"))]
     false
 }
 
+/// Whether this CPU runs the AVX-512 form.
+#[cfg(target_arch = "x86_64")]
+fn wide() -> bool {
+    super::gemv_avx512_allowed()
+        && std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("avx512bw")
+        && std::is_x86_feature_detected!("avx512vl")
+        && std::is_x86_feature_detected!("avx512dq")
+        && std::is_x86_feature_detected!("f16c")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("avx2")
+}
+
 /// Whether `fmt` has an exact packed form: every weight `s · q` or `s · q + m` with `s · q`
 /// exact in f32 (Q8_0, Q4_0, Q4_1: an f16 scale; Q4_K: an f16 scale times a 6-bit sub-scale,
-/// times a 4-bit code, 21 bits). Q6_K (a scale per 16) has none yet.
+/// times a 4-bit code, 21 bits; Q6_K: an f16 scale times an 8-bit sub-scale, times a 6-bit
+/// code less 32, 23 bits). Every format [`QPacked`] holds has one.
 pub fn supports(fmt: QFormat) -> bool {
     matches!(
         fmt,
-        QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q4_1 | QFormat::Q4K
+        QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q4_1 | QFormat::Q4K | QFormat::Q6K
     )
 }
 
@@ -58,9 +68,34 @@ pub fn gemv(x: &[f32], m: usize, w: &QPacked, y: &mut [f32]) {
     assert_eq!(x.len(), m * w.k, "qexact: x is not m*k");
     assert_eq!(y.len(), m * w.n, "qexact: y is not m*n");
     assert!(supports(w.fmt), "qexact: {:?} has no exact form", w.fmt);
-    assert!(available(), "qexact: CPU lacks AVX-512");
+    assert!(available(), "qexact: CPU lacks AVX2");
     #[cfg(target_arch = "x86_64")]
-    run(x, m, w, y);
+    if wide() && !w.fmt.per16() && !scratch_form() {
+        run(x, m, w, y)
+    } else {
+        super::qexact_avx2::run(x, m, w, y)
+    }
+}
+
+/// The f32 weights `[n, k]` that the loader's dequantization gives (rebuilt by the AVX2 form
+/// where the CPU has it): the dense GEMM's operand for prefill chunks on CPUs whose tiles do
+/// not take them (see [`super::gemv::takes_rows`]), so that those rows keep the dense copy's
+/// bits too.
+pub fn dequantize(w: &QPacked) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if super::qexact_avx2::available() && supports(w.fmt) {
+        return super::qexact_avx2::dequantize(w);
+    }
+    (0..w.n).flat_map(|j| w.dequantize_row(j)).collect()
+}
+
+/// `DSPARK_EXACT_FORM=avx2`: the scratch form on AVX-512 CPUs too (tests and probes compare
+/// the two; read once).
+#[cfg(target_arch = "x86_64")]
+fn scratch_form() -> bool {
+    static SCRATCH: std::sync::LazyLock<bool> =
+        std::sync::LazyLock::new(|| std::env::var("DSPARK_EXACT_FORM").is_ok_and(|v| v == "avx2"));
+    *SCRATCH
 }
 
 /// [`gemv`]'s work: row blocks, each streaming the task's column groups once in row tiles.
@@ -266,6 +301,11 @@ mod tests {
         let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
         for blk in bytes.chunks_exact_mut(bb) {
             let d = (rng(seed) % 2000) as f32 * 1e-5 - 0.004;
+            if fmt == QFormat::Q6K {
+                // codes and i8 sub-scales are any bytes; the f16 super-scale comes last
+                blk[208..210].copy_from_slice(&f16(d));
+                continue;
+            }
             blk[0..2].copy_from_slice(&f16(d));
             if matches!(fmt, QFormat::Q4_1 | QFormat::Q4K) {
                 blk[2..4].copy_from_slice(&f16((rng(seed) % 1000) as f32 * 1e-4 - 0.05));
@@ -276,11 +316,11 @@ mod tests {
 
     /// Every output has the bits of the dense f32 GEMV on the dequantized rows, for row counts
     /// that cover one row, the tile sizes, a prefill block and more, and odd column counts and
-    /// block counts.
+    /// block counts; in both forms (AVX-512 where the CPU has it, and AVX2's scratch form).
     #[test]
     fn exact_packed_gives_the_dequantized_gemv_bits() {
         if !available() {
-            eprintln!("skipped: this CPU lacks AVX-512 (the loader keeps dense weights there)");
+            eprintln!("skipped: this CPU lacks AVX2 (the loader keeps dense weights there)");
             return;
         }
         let mut seed = 5;
@@ -291,9 +331,10 @@ mod tests {
             (QFormat::Q8_0, false),
             (QFormat::Q4_1, false),
             (QFormat::Q4K, false),
+            (QFormat::Q6K, false),
         ];
         for (fmt, half) in cases {
-            let shapes: &[(usize, usize)] = if fmt == QFormat::Q4K {
+            let shapes: &[(usize, usize)] = if matches!(fmt, QFormat::Q4K | QFormat::Q6K) {
                 &[(37, 256), (13, 768), (40, 1536)]
             } else {
                 &[(37, 96), (64, 576), (13, 32), (40, 1536)]
@@ -309,14 +350,21 @@ mod tests {
                     super::super::gemv::gemv_f32(&x, m, k, &dense, n, &mut want);
                     let mut got = vec![0f32; m * n];
                     gemv(&x, m, &w, &mut got);
-                    for (i, (g, e)) in got.iter().zip(&want).enumerate() {
-                        assert_eq!(
-                            g.to_bits(),
-                            e.to_bits(),
-                            "{fmt:?} (f16: {half}) {n}x{k}, {m} rows, [{}, {}]: {g} vs {e}",
-                            i / n,
-                            i % n
-                        );
+                    let mut scratch = vec![0f32; m * n];
+                    #[cfg(target_arch = "x86_64")]
+                    super::super::qexact_avx2::run(&x, m, &w, &mut scratch);
+                    #[cfg(not(target_arch = "x86_64"))]
+                    scratch.copy_from_slice(&got);
+                    for (form, got) in [("dispatched", &got), ("avx2", &scratch)] {
+                        for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                            assert_eq!(
+                                g.to_bits(),
+                                e.to_bits(),
+                                "{form} {fmt:?} (f16: {half}) {n}x{k}, {m} rows, [{}, {}]: {g} vs {e}",
+                                i / n,
+                                i % n
+                            );
+                        }
                     }
                 }
             }

@@ -70,7 +70,24 @@ const ROW_BLOCK: usize = 64;
 
 /// Room for one tile's outputs: the largest tile of either family (9 rows × 4 columns, the
 /// AVX-512 one).
-pub(super) type TileOut = [[f32; 4]; 9];
+pub(crate) type TileOut = [[f32; 4]; 9];
+
+/// One `nr × nc` tile (at most 3 × 3) of f32 weights at stride `k`, without prefetch: the
+/// per-output arithmetic of every tile here, for kernels that rebuild f32 weights themselves
+/// (`qexact_avx2.rs`).
+///
+/// # Safety
+/// AVX2 and FMA present; rows `0..nr` of `xp` and columns `0..nc` of `wp` readable, `k` each.
+pub(crate) unsafe fn f32_tile(
+    xp: *const f32,
+    nr: usize,
+    wp: *const f32,
+    nc: usize,
+    k: usize,
+    out: &mut TileOut,
+) {
+    dispatch(xp, nr, wp, nc, k, Prefetch::NONE, out)
+}
 
 /// One family of register tiles for several rows, as [`rows`] schedules them.
 pub(super) trait RowTiles {

@@ -1,0 +1,253 @@
+//! The exact packed matmul ([`super::qexact`]) on AVX2 CPUs, and for Q6_K everywhere: each
+//! group of 4 interleaved columns is rebuilt as the loader's f32 weights in a small scratch
+//! (4 · k floats, in the L1 or L2), then the dense GEMV's own register tiles
+//! ([`super::gemv::f32_tile`]) run every row of the block on it. The outputs therefore have
+//! the dense copy's bits by construction: the same f32 weights, the same per-output arithmetic.
+//!
+//! Rebuilding a weight: `s · (q − z)` (Q8_0, Q4_0, Q6_K), or `s · q + m` (Q4_1, Q4_K) in one
+//! fused multiply-add. `s · q` is exact in f32 for every format held here (an f16 scale, times
+//! a 6-bit or 8-bit sub-scale for Q4_K / Q6_K, times a code of at most 8 bits: at most 23
+//! significant bits), so the one rounding is that of `+ m`, as in the loader's dequantization.
+//!
+//! A decode step then reads the packed bytes once (a fifth to an eighth of the dense copy's)
+//! and spends a few vector instructions per 8 weights rebuilding them; prefill and verify rows
+//! share each rebuilt group across a block of up to [`ROW_BLOCK`] rows.
+
+use std::arch::x86_64::*;
+
+use super::gemv::{f32_tile, hsum8, TileOut};
+use super::qpack::{prefetch_group, QFormat, QPacked, COL_TILE};
+
+/// Rows per block: each rebuilt group serves this many rows before the next is built.
+const ROW_BLOCK: usize = 64;
+/// Rows and columns per register tile (the dense AVX2 tile's largest).
+const TILE_ROWS: usize = 3;
+const TILE_COLS: usize = 2;
+
+/// Whether this CPU runs this file's kernel (AVX2, FMA, F16C).
+pub fn available() -> bool {
+    super::avx2_fma()
+}
+
+/// 8 f32 lanes at 32-byte alignment (the scratch's unit).
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+struct Lanes([f32; 8]);
+
+/// `y[m · n]` = `x[m · k]` times the dequantized `w`ᵀ. The caller checked the lengths, the
+/// format and [`available`].
+pub fn run(x: &[f32], m: usize, w: &QPacked, y: &mut [f32]) {
+    let k = w.k;
+    super::column_tasks(y, w.n, w.n * k * m, |cols| {
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<Vec<Lanes>> =
+                const { std::cell::RefCell::new(Vec::new()) };
+        }
+        SCRATCH.with(|s| {
+            let mut fresh = Vec::new();
+            let mut held = s.try_borrow_mut();
+            let v = held.as_deref_mut().unwrap_or(&mut fresh);
+            v.resize(COL_TILE * k / 8, Lanes([0.0; 8]));
+            // SAFETY: `v` holds 8 · v.len() = 4 · k contiguous f32 (`Lanes` is `repr(C)` of
+            // `[f32; 8]`).
+            let g = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut f32, 4 * k) };
+            let mut out: TileOut = Default::default();
+            if m == 1 {
+                // one row: weights rebuilt straight into the dot products, no scratch
+                for j in (cols.j0..cols.j1).step_by(COL_TILE) {
+                    // SAFETY: AVX2/FMA/F16C present (the caller checked); j is a multiple of
+                    // COL_TILE below n_pad; x holds k floats.
+                    let dots = unsafe { rebuild::<true>(w, j, std::ptr::null_mut(), x.as_ptr()) };
+                    for (c, v) in dots.iter().enumerate().take(cols.j1 - j) {
+                        cols.set(0, j + c, *v);
+                    }
+                }
+                return;
+            }
+            for b0 in (0..m).step_by(ROW_BLOCK) {
+                let b1 = (b0 + ROW_BLOCK).min(m);
+                // balanced row tiles (9 rows: 3 + 3 + 3; 5 rows: 3 + 2)
+                let per = (b1 - b0).div_ceil((b1 - b0).div_ceil(TILE_ROWS));
+                for j in (cols.j0..cols.j1).step_by(COL_TILE) {
+                    // SAFETY: AVX2/FMA/F16C present (the caller checked); j is a multiple of
+                    // COL_TILE below n_pad; g holds 4 · k floats.
+                    unsafe { rebuild::<false>(w, j, g.as_mut_ptr(), std::ptr::null()) };
+                    let live = (cols.j1 - j).min(COL_TILE);
+                    for c0 in (0..live).step_by(TILE_COLS) {
+                        let nc = (live - c0).min(TILE_COLS);
+                        for r0 in (b0..b1).step_by(per) {
+                            let nr = (b1 - r0).min(per);
+                            // SAFETY: AVX2/FMA present; rows r0..r0+nr of x and the scratch's
+                            // columns c0..c0+nc exist, each k long.
+                            unsafe {
+                                f32_tile(
+                                    x[r0 * k..].as_ptr(),
+                                    nr,
+                                    g[c0 * k..].as_ptr(),
+                                    nc,
+                                    k,
+                                    &mut out,
+                                )
+                            };
+                            for (i, row) in out[..nr].iter().enumerate() {
+                                for (c, v) in row[..nc].iter().enumerate() {
+                                    cols.set(r0 + i, j + c0 + c, *v);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        })
+    });
+}
+
+/// Every column of `w` as f32, row-major `[n, k]`.
+pub fn dequantize(w: &QPacked) -> Vec<f32> {
+    let k = w.k;
+    // written once by the rebuild, not zeroed first (a prefill chunk rebuilds every matrix)
+    let mut v: Vec<f32> = Vec::with_capacity(w.n_pad * k);
+    let base = v.spare_capacity_mut().as_mut_ptr() as *mut f32;
+    for j in (0..w.n_pad).step_by(COL_TILE) {
+        // SAFETY: AVX2/FMA/F16C present (the caller checked); j is a multiple of COL_TILE
+        // below n_pad; the capacity holds columns j..j+4 of k floats each.
+        unsafe { rebuild::<false>(w, j, base.add(j * k), std::ptr::null()) };
+    }
+    // SAFETY: every column j < n_pad, so every float below n · k, was written above.
+    unsafe { v.set_len(w.n * k) };
+    v
+}
+
+/// Rebuilds columns `j..j+4` of `w` as f32: into `g` (column `c` at `g[c·k..]`), or with
+/// `DOT` straight into the four dot products with the row `x`, which it returns (the dense
+/// tiles' arithmetic: one 8-lane accumulator per column over `k` in order, then `hsum`).
+///
+/// # Safety
+/// AVX2, FMA and F16C present; `j` a multiple of 4 below `w.n_pad`; `g` holds `4 · w.k`
+/// floats (without `DOT`), `x` holds `w.k` (with it).
+unsafe fn rebuild<const DOT: bool>(w: &QPacked, j: usize, g: *mut f32, x: *const f32) -> [f32; 4] {
+    match (w.fmt, w.half) {
+        (QFormat::Q4_1, true) => group::<true, true, true, false, DOT>(w, j, g, x),
+        (QFormat::Q4_1 | QFormat::Q4K, false) => group::<true, true, false, false, DOT>(w, j, g, x),
+        (QFormat::Q4_0, true) => group::<true, false, true, false, DOT>(w, j, g, x),
+        (QFormat::Q4_0, false) => group::<true, false, false, false, DOT>(w, j, g, x),
+        (QFormat::Q6K, _) => group::<false, false, false, true, DOT>(w, j, g, x),
+        (_, true) => group::<false, false, true, false, DOT>(w, j, g, x),
+        (_, false) => group::<false, false, false, false, DOT>(w, j, g, x),
+    }
+}
+
+/// `NIB`: 4-bit codes (else bytes); `MIN`: a min per block; `H`: f16 scales and mins (else
+/// f32); `P16`: a scale per 16 elements (`[A_lo, B_lo, A_hi, B_hi]` per pair, Q6_K); `DOT`:
+/// see [`rebuild`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn group<
+    const NIB: bool,
+    const MIN: bool,
+    const H: bool,
+    const P16: bool,
+    const DOT: bool,
+>(
+    w: &QPacked,
+    j: usize,
+    gp: *mut f32,
+    x: *const f32,
+) -> [f32; 4] {
+    let (k, cpp) = (w.k, w.codes_per_pair());
+    let blocks = k / 32;
+    let spp = w.fmt.scales_per_pair();
+    // bytes of one pair's scales, and of one min
+    let (sw, mw) = if H { (2 * spp, 2) } else { (4 * spp, 4) };
+    let (wc, ws) = w.group(j, sw);
+    let mins = w.mins.as_ptr();
+    let zp = _mm256_set1_epi32(w.fmt.zero_point());
+    let low = _mm_set1_epi8(15);
+    let mut acc = [_mm256_setzero_ps(); COL_TILE];
+    for p in 0..w.np {
+        prefetch_group(wc, ws, p, cpp, sw);
+        // this pair's scales for the 4 columns, in storage order (per column [A, B], or
+        // [A_lo, B_lo, A_hi, B_hi] for P16), and mins ([m_A, m_B] per column), as f32
+        let mut sv = [0f32; 16];
+        let at = ws.add(p * COL_TILE * sw);
+        if H {
+            let v = _mm256_cvtph_ps(_mm_loadu_si128(at as *const __m128i));
+            _mm256_storeu_ps(sv.as_mut_ptr(), v);
+        } else {
+            _mm256_storeu_ps(sv.as_mut_ptr(), _mm256_loadu_ps(at as *const f32));
+            if P16 {
+                let v = _mm256_loadu_ps((at as *const f32).add(8));
+                _mm256_storeu_ps(sv.as_mut_ptr().add(8), v);
+            }
+        }
+        let mut mv = [0f32; 8];
+        if MIN {
+            let col = |c: usize| mins.add(((j + c) * w.nm + 2 * p) * mw);
+            let v = if H {
+                let r = |c: usize| (col(c) as *const i32).read_unaligned();
+                _mm256_cvtph_ps(_mm_set_epi32(r(3), r(2), r(1), r(0)))
+            } else {
+                let r = |c: usize| (col(c) as *const i64).read_unaligned();
+                _mm256_castsi256_ps(_mm256_set_epi64x(r(3), r(2), r(1), r(0)))
+            };
+            _mm256_storeu_ps(mv.as_mut_ptr(), v);
+        }
+        for c in 0..COL_TILE {
+            let pc = wc.add((p * COL_TILE + c) * cpp);
+            let out = gp.wrapping_add(c * k + 64 * p);
+            for blk in 0..2 {
+                if 2 * p + blk >= blocks {
+                    break; // the padding block of an odd count
+                }
+                // the scale of k 0..16 and 16..32 of this block
+                let (s_lo, s_hi) = if P16 {
+                    (sv[4 * c + blk], sv[4 * c + 2 + blk])
+                } else {
+                    (sv[2 * c + blk], sv[2 * c + blk])
+                };
+                let m = _mm256_set1_ps(mv[2 * c + blk]);
+                // the block's 32 codes as four 8-lane groups, k 0..8, 8..16, 16..24, 24..32
+                let q: [__m256i; 4] = if NIB {
+                    // byte i holds k = i (low nibble) and k = 16 + i (high)
+                    let b = _mm_loadu_si128(pc.add(16 * blk) as *const __m128i);
+                    let lo = _mm_and_si128(b, low);
+                    let hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
+                    [
+                        _mm256_cvtepu8_epi32(lo),
+                        _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)),
+                        _mm256_cvtepu8_epi32(hi),
+                        _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)),
+                    ]
+                } else {
+                    // k 0..16 at 16 · blk, k 16..32 at 32 + 16 · blk
+                    let a = _mm_loadu_si128(pc.add(16 * blk) as *const __m128i);
+                    let b = _mm_loadu_si128(pc.add(32 + 16 * blk) as *const __m128i);
+                    [
+                        _mm256_cvtepu8_epi32(a),
+                        _mm256_cvtepu8_epi32(_mm_srli_si128(a, 8)),
+                        _mm256_cvtepu8_epi32(b),
+                        _mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)),
+                    ]
+                };
+                for (t, qt) in q.into_iter().enumerate() {
+                    let s = _mm256_set1_ps(if t < 2 { s_lo } else { s_hi });
+                    let v = if MIN {
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(qt), s, m)
+                    } else {
+                        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(qt, zp)), s)
+                    };
+                    if DOT {
+                        let xv = _mm256_loadu_ps(x.add(64 * p + 32 * blk + 8 * t));
+                        acc[c] = _mm256_fmadd_ps(xv, v, acc[c]);
+                    } else {
+                        _mm256_storeu_ps(out.add(32 * blk + 8 * t), v);
+                    }
+                }
+            }
+        }
+    }
+    if DOT {
+        acc.map(|a| hsum8(a))
+    } else {
+        [0.0; COL_TILE]
+    }
+}
