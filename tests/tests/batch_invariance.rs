@@ -258,9 +258,9 @@ fn exact_packed_smollm2_gives_the_dense_copys_bits() {
     }
 }
 
-/// The same for the real Gemma-3-270M Q4_K_M GGUF, whose Q4_K, Q6_K (a scale per 16) and
-/// Q8_0 tensors are held packed (its Q5_0 ones stay dense): a 70-token prefill, 20 decode
-/// steps, the verify blocks.
+/// The same for the real Gemma-3-270M Q4_K_M GGUF, whose Q4_K, Q5_0, Q6_K (a scale per 16)
+/// and Q8_0 tensors are all held packed: a 70-token prefill, 20 decode steps, the verify
+/// blocks.
 #[test]
 fn exact_packed_gemma3_gives_the_dense_copys_bits() {
     let path = artefact("gemma3-270m/gemma-3-270m-q4_k_m.gguf");
@@ -273,7 +273,7 @@ fn exact_packed_gemma3_gives_the_dense_copys_bits() {
     let a = load_model(&dense, &path, None).unwrap();
     let b = load_model(&packed, &path, None).unwrap();
     let report = b.load_report.as_ref().unwrap().summary();
-    for fmt in ["Q4K", "Q6K", "Q8_0"] {
+    for fmt in ["Q4K", "Q5_0", "Q6K", "Q8_0"] {
         assert!(
             report.contains(&format!("packed {fmt}, exact F32")),
             "{report}"

@@ -125,6 +125,15 @@ fn our_block_format(d: GgmlDType) -> Option<QFormat> {
     }
 }
 
+/// The packed form of a GGUF type for the exact kernel: every [`our_block_format`], and Q5_0,
+/// which only that kernel runs (kept quantized, it stays in candle's form).
+fn exact_block_format(d: GgmlDType) -> Option<QFormat> {
+    match d {
+        GgmlDType::Q5_0 => Some(QFormat::Q5_0),
+        d => our_block_format(d),
+    }
+}
+
 /// `q`'s blocks repacked for our kernels (`backend/cpu/qpack.rs`).
 fn packed(q: &candle_core::quantized::QTensor, fmt: QFormat) -> BResult<Arc<QPacked>> {
     let (n, k) = q.shape().dims2().map_err(err)?;
@@ -182,7 +191,7 @@ impl CandleBackend {
             }
             // dequantized: Q8_0/Q4_0/Q4_1/Q4_K stay packed where the exact kernel runs (the
             // dense copy's bits, a fifth to an eighth of its bytes)
-            let exact = our_block_format(q.dtype()).filter(|f| {
+            let exact = exact_block_format(q.dtype()).filter(|f| {
                 self.exact_packed
                     && quantized
                     && self.cpu_kernels()

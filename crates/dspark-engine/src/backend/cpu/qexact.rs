@@ -51,13 +51,13 @@ fn wide() -> bool {
 }
 
 /// Whether `fmt` has an exact packed form: every weight `s · q` or `s · q + m` with `s · q`
-/// exact in f32 (Q8_0, Q4_0, Q4_1: an f16 scale; Q4_K: an f16 scale times a 6-bit sub-scale,
+/// exact in f32 (Q8_0, Q4_0, Q4_1, Q5_0: an f16 scale; Q4_K: an f16 scale times a 6-bit sub-scale,
 /// times a 4-bit code, 21 bits; Q6_K: an f16 scale times an 8-bit sub-scale, times a 6-bit
 /// code less 32, 23 bits). Every format [`QPacked`] holds has one.
 pub fn supports(fmt: QFormat) -> bool {
     matches!(
         fmt,
-        QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q4_1 | QFormat::Q4K | QFormat::Q6K
+        QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q4_1 | QFormat::Q5_0 | QFormat::Q4K | QFormat::Q6K
     )
 }
 
@@ -328,6 +328,8 @@ mod tests {
             (QFormat::Q8_0, true),
             (QFormat::Q4_0, true),
             (QFormat::Q4_1, true),
+            (QFormat::Q5_0, true),
+            (QFormat::Q5_0, false),
             (QFormat::Q8_0, false),
             (QFormat::Q4_1, false),
             (QFormat::Q4K, false),

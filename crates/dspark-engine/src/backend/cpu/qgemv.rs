@@ -94,6 +94,15 @@ fn avx2_tile(fmt: QFormat, half: bool) -> TileKernel {
         (QFormat::Q8_0, false) => tile::<false, true, false, false>,
         (QFormat::Q8_0, true) => tile::<false, true, false, true>,
         (QFormat::Q6K, _) => tile::<false, false, true, false>,
+        // Q5_0 is packed for the exact kernel only (the loader keeps it in candle's form when
+        // weights stay quantized), so this arm is the generic byte tile, never taken today
+        (QFormat::Q5_0, h) => {
+            if h {
+                tile::<false, false, false, true>
+            } else {
+                tile::<false, false, false, false>
+            }
+        }
         (QFormat::Q4_0 | QFormat::Q4_1 | QFormat::Q4K, false) => tile::<true, false, false, false>,
         (QFormat::Q4_0 | QFormat::Q4_1 | QFormat::Q4K, true) => tile::<true, false, false, true>,
     }
@@ -419,7 +428,7 @@ mod tests {
             let d = f16(0.001 + (rng(seed) % 1000) as f32 * 1e-5);
             let m = f16((rng(seed) % 1000) as f32 * 1e-4 - 0.05);
             match fmt {
-                QFormat::Q8_0 | QFormat::Q4_0 => blk[0..2].copy_from_slice(&d),
+                QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q5_0 => blk[0..2].copy_from_slice(&d),
                 QFormat::Q4_1 | QFormat::Q4K => {
                     blk[0..2].copy_from_slice(&d);
                     blk[2..4].copy_from_slice(&m);
@@ -439,6 +448,7 @@ mod tests {
             QFormat::Q8_0,
             QFormat::Q4_0,
             QFormat::Q4_1,
+            QFormat::Q5_0,
             QFormat::Q4K,
             QFormat::Q6K,
         ];
@@ -511,6 +521,7 @@ mod tests {
             QFormat::Q8_0,
             QFormat::Q4_0,
             QFormat::Q4_1,
+            QFormat::Q5_0,
             QFormat::Q4K,
             QFormat::Q6K,
         ] {

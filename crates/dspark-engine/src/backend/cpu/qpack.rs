@@ -28,6 +28,9 @@ pub enum QFormat {
     Q8_0,
     /// f16 d, 32 nibbles: `d·(q − 8)`
     Q4_0,
+    /// f16 d, 32 five-bit codes (their fifth bits in a u32, the rest as nibbles): `d·(q − 16)`,
+    /// held as bytes
+    Q5_0,
     /// f16 d, f16 m, 32 nibbles: `d·q + m`
     Q4_1,
     /// 256-element super-block: f16 d, f16 dmin, 8 six-bit (scale, min) pairs, 256 nibbles:
@@ -43,6 +46,7 @@ impl QFormat {
         match self {
             QFormat::Q8_0 => (34, 32),
             QFormat::Q4_0 => (18, 32),
+            QFormat::Q5_0 => (22, 32),
             QFormat::Q4_1 => (20, 32),
             QFormat::Q4K => (144, 256),
             QFormat::Q6K => (210, 256),
@@ -57,6 +61,7 @@ impl QFormat {
         match self {
             QFormat::Q8_0 => 128,
             QFormat::Q4_0 => 8,
+            QFormat::Q5_0 => 16,
             QFormat::Q6K => 32,
             QFormat::Q4_1 | QFormat::Q4K => 0,
         }
@@ -73,7 +78,10 @@ impl QFormat {
 
     /// Whether every scale and min is one of the block's own f16 fields (so f16 holds them).
     pub fn f16_params(self) -> bool {
-        matches!(self, QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q4_1)
+        matches!(
+            self,
+            QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q4_1 | QFormat::Q5_0
+        )
     }
 
     /// Scales stored per pair: 2 (`[A, B]`) or 4 (`[A_lo, B_lo, A_hi, B_hi]`).
@@ -125,6 +133,17 @@ fn decode(fmt: QFormat, b: &[u8], out: &mut Vec<Block>) {
         QFormat::Q8_0 => {
             let d = f16_at(b, 0);
             let codes = std::array::from_fn(|i| (b[2 + i] as i8 as i16 + 128) as u8);
+            out.push(Block {
+                codes,
+                scale: [d; 2],
+                min: 0.0,
+            });
+        }
+        QFormat::Q5_0 => {
+            let d = f16_at(b, 0);
+            let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+            // element i: its nibble (i < 16 low, else high of byte i − 16) and bit i of qh
+            let codes = std::array::from_fn(|i| nib(&b[6..], i) | (((qh >> i) & 1) << 4) as u8);
             out.push(Block {
                 codes,
                 scale: [d; 2],
@@ -443,6 +462,7 @@ mod tests {
             (QFormat::Q8_0, GgmlDType::Q8_0),
             (QFormat::Q4_0, GgmlDType::Q4_0),
             (QFormat::Q4_1, GgmlDType::Q4_1),
+            (QFormat::Q5_0, GgmlDType::Q5_0),
             (QFormat::Q4K, GgmlDType::Q4K),
             (QFormat::Q6K, GgmlDType::Q6K),
         ] {
@@ -452,7 +472,7 @@ mod tests {
                 let mut bytes: Vec<u8> = (0..n * k / be * bb).map(|_| rng(&mut seed)).collect();
                 for blk in bytes.chunks_exact_mut(bb) {
                     let f16s: &[usize] = match fmt {
-                        QFormat::Q8_0 | QFormat::Q4_0 => &[0],
+                        QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q5_0 => &[0],
                         QFormat::Q4_1 | QFormat::Q4K => &[0, 2],
                         QFormat::Q6K => &[208],
                     };
