@@ -36,11 +36,27 @@ fn generate(env: &[(&str, &str)], extra: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// Whether this CPU runs the exact packed kernel (x86 with AVX2, FMA and F16C), which holds a
+/// dequantized GGUF's quantized matmul weights packed.
+fn exact_packed_here() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 #[test]
 fn too_large_is_refused_with_the_numbers() {
-    // 135 M parameters dequantized to f32 need 0.54 GB; say 0.3 GB is available
-    let (ok, stdout, stderr) =
-        generate(&[("DSPARK_MEMORY_AVAILABLE_MB", "300")], &["--dequantize"]);
+    // 135 M parameters dequantized to a dense f32 copy need 0.54 GB; say 0.3 GB is available
+    let dense = ("DSPARK_EXACT_PACKED", "0");
+    let (ok, stdout, stderr) = generate(
+        &[("DSPARK_MEMORY_AVAILABLE_MB", "300"), dense],
+        &["--dequantize"],
+    );
     assert!(!ok, "loaded anyway: {stdout}");
     assert!(
         stderr.contains("needs about 0.54 GB") && stderr.contains("0.30 GB is available"),
@@ -54,8 +70,20 @@ fn too_large_is_refused_with_the_numbers() {
     assert!(stdout.is_empty(), "generated before refusing: {stdout}");
 
     // by default (dequantized) it is refused the same way
-    let (ok, _, stderr) = generate(&[("DSPARK_MEMORY_AVAILABLE_MB", "300")], &[]);
+    let (ok, _, stderr) = generate(&[("DSPARK_MEMORY_AVAILABLE_MB", "300"), dense], &[]);
     assert!(!ok && stderr.contains("needs about 0.54 GB"), "{stderr}");
+
+    // held packed by the exact kernel (the default where the CPU has it), the dequantized
+    // model counts its quantized matmul weights at 1.25 bytes each: about 0.17 GB
+    if exact_packed_here() {
+        let (ok, _, stderr) = generate(&[("DSPARK_MEMORY_AVAILABLE_MB", "100")], &[]);
+        assert!(
+            !ok && stderr.contains("needs about 0.17 GB") && stderr.contains("held packed"),
+            "{stderr}"
+        );
+        let (ok, _, stderr) = generate(&[("DSPARK_MEMORY_AVAILABLE_MB", "300")], &[]);
+        assert!(ok, "{stderr}");
+    }
 
     // kept quantized, the same file fits (about 0.12 GB)
     let (ok, _, stderr) = generate(
@@ -69,6 +97,7 @@ fn too_large_is_refused_with_the_numbers() {
         &[
             ("DSPARK_MEMORY_AVAILABLE_MB", "300"),
             ("DSPARK_SKIP_MEMORY_CHECK", "1"),
+            dense,
         ],
         &["--dequantize"],
     );

@@ -133,6 +133,12 @@ pub trait Backend: Clone + Send + 'static {
     fn keeps_gguf_quantized(&self) -> bool {
         false
     }
+    /// Whether a dequantized GGUF's Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K matmul weights stay packed
+    /// (the exact kernel, `backend/cpu/qexact.rs`), so that the memory check counts them at
+    /// their packed size.
+    fn holds_gguf_exact_packed(&self) -> bool {
+        false
+    }
     /// What the weights loaded since the last call became (forms and bytes), then cleared.
     fn take_load_report(&self) -> Option<load_report::LoadReport> {
         None

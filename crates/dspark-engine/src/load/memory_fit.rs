@@ -3,9 +3,10 @@
 //! machine into swap or the OOM killer loses more than a clear error does.
 //!
 //! The estimate is of the weights as the backend will hold them: a GGUF file that is
-//! dequantized costs its parameter count times the compute dtype's size; one kept quantized
-//! costs its file size plus the packed layout's overhead (at most a quarter); safetensors are
-//! held about as stored. Available memory is Linux's `MemAvailable`; where it cannot be read
+//! dequantized costs its parameter count times the compute dtype's size, except that where
+//! the exact kernel holds its block-quantized matmul weights packed, those count at most 1.25
+//! bytes per element; one kept quantized costs its file size plus the packed layout's overhead
+//! (at most a quarter); safetensors are held about as stored. Available memory is Linux's `MemAvailable`; where it cannot be read
 //! the check passes. `DSPARK_SKIP_MEMORY_CHECK=1` turns it off, and
 //! `DSPARK_MEMORY_AVAILABLE_MB` states the available memory instead of measuring it.
 
@@ -27,6 +28,20 @@ pub fn weights_estimate<B: Backend>(
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
         || (path.is_dir() && !path.join("config.json").is_file());
+    if gguf && !backend.keeps_gguf_quantized() && backend.holds_gguf_exact_packed() {
+        if let Some(packed) = exact_packed_bytes(path, cfg.tie_word_embeddings) {
+            return (
+                packed,
+                format!(
+                    "{:.0} M parameters dequantized to {:?}, the quantized matmul weights held \
+                     packed (exact kernel); --keep-quantized would hold about {:.2} GB",
+                    parameters(cfg) as f64 / 1e6,
+                    backend.compute_dtype(),
+                    (file_bytes + file_bytes / 4) as f64 / 1e9
+                ),
+            );
+        }
+    }
     if gguf && !backend.keeps_gguf_quantized() {
         let bytes = backend.compute_dtype().size_in_bytes() as u64;
         let n = parameters(cfg);
@@ -48,6 +63,43 @@ pub fn weights_estimate<B: Backend>(
     } else {
         (file_bytes, "safetensors held as stored".into())
     }
+}
+
+/// Bytes a GGUF file's tensors take dequantized to f32 with the exact kernel's packing: a
+/// tensor of a packed type at most 1.25 bytes per element (codes as bytes or nibbles, plus
+/// f16 or f32 scales and mins: Q6_K's bytes with an f32 scale per 16 is the most), every other
+/// one, and an untied token embedding (looked up, not multiplied), at 4. `None` when the
+/// header cannot be read (the caller then assumes a dense copy).
+fn exact_packed_bytes(path: &Path, tied: bool) -> Option<u64> {
+    use candle_core::quantized::GgmlDType as G;
+    let path = if path.is_dir() {
+        std::fs::read_dir(path)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "gguf"))?
+    } else {
+        path.to_path_buf()
+    };
+    let mut f = std::fs::File::open(&path).ok()?;
+    let content = candle_core::quantized::gguf_file::Content::read(&mut f).ok()?;
+    let total = content
+        .tensor_infos
+        .iter()
+        .map(|(name, t)| {
+            let n = t.shape.elem_count() as u64;
+            let packed = matches!(
+                t.ggml_dtype,
+                G::Q8_0 | G::Q4_0 | G::Q4_1 | G::Q5_0 | G::Q4K | G::Q6K
+            ) && (tied || name != "token_embd.weight");
+            if packed {
+                n + n / 4
+            } else {
+                4 * n
+            }
+        })
+        .sum();
+    Some(total)
 }
 
 /// Parameters of a decoder-only transformer of this shape (norm weights included).

@@ -267,6 +267,13 @@ impl Backend for CandleBackend {
         self.keep_quantized
     }
 
+    fn holds_gguf_exact_packed(&self) -> bool {
+        !self.keep_quantized
+            && self.exact_packed
+            && self.cpu_kernels()
+            && crate::backend::cpu::qexact::available()
+    }
+
     fn tensor(&self, host: &HostTensor) -> BResult<Tensor> {
         let t = self.device_tensor(host)?;
         self.record(
