@@ -337,14 +337,21 @@ fn check(
     }
 }
 
-#[test]
-fn draft_model_sampling_is_exact() {
+/// The draft-model case: the target and a perturbed copy of it drafting with length `len`.
+fn draft_model_case(
+    len: impl Into<dspark_engine::spec::policy::DraftLen>,
+) -> (Transformer<CandleBackend>, DraftModel<CandleBackend>) {
     let s = spec();
     let (_, tsrc) = random_target(&s, 7);
     let t = Transformer::load(&CandleBackend::cpu(), s.config(), &tsrc).unwrap();
     let dm =
         Transformer::load(&CandleBackend::cpu(), s.config(), &perturbed(&tsrc, 0.3, 3)).unwrap();
-    let mut d = DraftModel::new(dm, V, 4).unwrap();
+    (t, DraftModel::new(dm, V, len).unwrap())
+}
+
+#[test]
+fn draft_model_sampling_is_exact() {
+    let (t, mut d) = draft_model_case(4);
     check("draft-model", &t, &mut d, 1.0, None);
 }
 
@@ -356,13 +363,8 @@ fn draft_model_sampling_is_exact() {
 /// drafts per round is low accordingly.
 #[test]
 fn draft_model_sampling_is_exact_with_a_measured_draft_count() {
-    let s = spec();
-    let (_, tsrc) = random_target(&s, 7);
-    let t = Transformer::load(&CandleBackend::cpu(), s.config(), &tsrc).unwrap();
-    let dm =
-        Transformer::load(&CandleBackend::cpu(), s.config(), &perturbed(&tsrc, 0.3, 3)).unwrap();
     let len = dspark_engine::spec::policy::draft_len(dspark_engine::spec::Mode::Draft, None);
-    let mut d = DraftModel::new(dm, V, len).unwrap();
+    let (t, mut d) = draft_model_case(len);
     fn plain_step_pays(k: usize) -> f64 {
         if k == 0 {
             1.0

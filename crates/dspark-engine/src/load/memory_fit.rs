@@ -71,7 +71,6 @@ pub fn weights_estimate<B: Backend>(
 /// one, and an untied token embedding (looked up, not multiplied), at 4. `None` when the
 /// header cannot be read (the caller then assumes a dense copy).
 fn exact_packed_bytes(path: &Path, tied: bool) -> Option<u64> {
-    use candle_core::quantized::GgmlDType as G;
     let path = if path.is_dir() {
         std::fs::read_dir(path)
             .ok()?
@@ -88,10 +87,8 @@ fn exact_packed_bytes(path: &Path, tied: bool) -> Option<u64> {
         .iter()
         .map(|(name, t)| {
             let n = t.shape.elem_count() as u64;
-            let packed = matches!(
-                t.ggml_dtype,
-                G::Q8_0 | G::Q4_0 | G::Q4_1 | G::Q5_0 | G::Q4K | G::Q6K
-            ) && (tied || name != "token_embd.weight");
+            let packed = crate::backend::cpu::qexact::exact_format(t.ggml_dtype).is_some()
+                && (tied || name != "token_embd.weight");
             if packed {
                 n + n / 4
             } else {

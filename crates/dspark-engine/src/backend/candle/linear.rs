@@ -125,15 +125,6 @@ fn our_block_format(d: GgmlDType) -> Option<QFormat> {
     }
 }
 
-/// The packed form of a GGUF type for the exact kernel: every [`our_block_format`], and Q5_0,
-/// which only that kernel runs (kept quantized, it stays in candle's form).
-fn exact_block_format(d: GgmlDType) -> Option<QFormat> {
-    match d {
-        GgmlDType::Q5_0 => Some(QFormat::Q5_0),
-        d => our_block_format(d),
-    }
-}
-
 /// `q`'s blocks repacked for our kernels (`backend/cpu/qpack.rs`).
 fn packed(q: &candle_core::quantized::QTensor, fmt: QFormat) -> BResult<Arc<QPacked>> {
     let (n, k) = q.shape().dims2().map_err(err)?;
@@ -189,14 +180,10 @@ impl CandleBackend {
                 }
                 return QMatMul::from_arc(q).map(CandleLinear::Quant).map_err(err);
             }
-            // dequantized: Q8_0/Q4_0/Q4_1/Q4_K stay packed where the exact kernel runs (the
-            // dense copy's bits, a fifth to an eighth of its bytes)
-            let exact = exact_block_format(q.dtype()).filter(|f| {
-                self.exact_packed
-                    && quantized
-                    && self.cpu_kernels()
-                    && qexact::supports(*f)
-                    && qexact::available()
+            // dequantized: Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K stay packed where the exact kernel
+            // runs (the dense copy's bits, a fifth to an eighth of its bytes)
+            let exact = qexact::exact_format(q.dtype()).filter(|_| {
+                self.exact_packed && quantized && self.cpu_kernels() && qexact::available()
             });
             if let Some(fmt) = exact {
                 return packed(q, fmt).map(CandleLinear::Exact);

@@ -129,7 +129,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512_rows;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use avx2::{f32_tile, TileOut};
+pub(crate) use avx2::{f32_tile, with_scratch, TileOut};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86::hsum as hsum8;
 

@@ -61,6 +61,23 @@ pub fn supports(fmt: QFormat) -> bool {
     )
 }
 
+/// The packed form in which the exact kernel holds a GGUF tensor of type `d`, if any: Q8_0,
+/// Q4_0, Q4_1, Q5_0, Q4_K and Q6_K (Q5_0 only here: kept quantized, it stays in candle's
+/// form). The loader and the memory check both ask here.
+pub fn exact_format(d: candle_core::quantized::GgmlDType) -> Option<QFormat> {
+    use candle_core::quantized::GgmlDType as G;
+    let f = match d {
+        G::Q8_0 => QFormat::Q8_0,
+        G::Q4_0 => QFormat::Q4_0,
+        G::Q4_1 => QFormat::Q4_1,
+        G::Q5_0 => QFormat::Q5_0,
+        G::Q4K => QFormat::Q4K,
+        G::Q6K => QFormat::Q6K,
+        _ => return None,
+    };
+    supports(f).then_some(f)
+}
+
 /// `y[m · n]` = `x[m · k]` times the dequantized `w`ᵀ, with the bits of
 /// [`super::gemv::gemv_f32`] on `w`'s dequantized rows. Panics on inconsistent lengths, a
 /// format without an exact form, or a CPU without [`available`] (callers check).
@@ -83,7 +100,7 @@ pub fn gemv(x: &[f32], m: usize, w: &QPacked, y: &mut [f32]) {
 /// bits too.
 pub fn dequantize(w: &QPacked) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
-    if super::qexact_avx2::available() && supports(w.fmt) {
+    if super::qexact_avx2::available() {
         return super::qexact_avx2::dequantize(w);
     }
     (0..w.n).flat_map(|j| w.dequantize_row(j)).collect()

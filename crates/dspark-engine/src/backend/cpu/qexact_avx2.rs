@@ -15,7 +15,7 @@
 
 use std::arch::x86_64::*;
 
-use super::gemv::{f32_tile, hsum8, TileOut};
+use super::gemv::{f32_tile, hsum8, with_scratch, TileOut};
 use super::qpack::{prefetch_group, QFormat, QPacked, COL_TILE};
 
 /// Rows per block: each rebuilt group serves this many rows before the next is built.
@@ -29,41 +29,25 @@ pub fn available() -> bool {
     super::avx2_fma()
 }
 
-/// 8 f32 lanes at 32-byte alignment (the scratch's unit).
-#[derive(Clone, Copy)]
-#[repr(C, align(32))]
-struct Lanes([f32; 8]);
-
 /// `y[m · n]` = `x[m · k]` times the dequantized `w`ᵀ. The caller checked the lengths, the
 /// format and [`available`].
 pub fn run(x: &[f32], m: usize, w: &QPacked, y: &mut [f32]) {
     let k = w.k;
     super::column_tasks(y, w.n, w.n * k * m, |cols| {
-        thread_local! {
-            static SCRATCH: std::cell::RefCell<Vec<Lanes>> =
-                const { std::cell::RefCell::new(Vec::new()) };
-        }
-        SCRATCH.with(|s| {
-            let mut fresh = Vec::new();
-            let mut held = s.try_borrow_mut();
-            let v = held.as_deref_mut().unwrap_or(&mut fresh);
-            v.resize(COL_TILE * k / 8, Lanes([0.0; 8]));
-            // SAFETY: `v` holds 8 · v.len() = 4 · k contiguous f32 (`Lanes` is `repr(C)` of
-            // `[f32; 8]`).
-            let g = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut f32, 4 * k) };
-            let mut out: TileOut = Default::default();
-            if m == 1 {
-                // one row: weights rebuilt straight into the dot products, no scratch
-                for j in (cols.j0..cols.j1).step_by(COL_TILE) {
-                    // SAFETY: AVX2/FMA/F16C present (the caller checked); j is a multiple of
-                    // COL_TILE below n_pad; x holds k floats.
-                    let dots = unsafe { rebuild::<true>(w, j, std::ptr::null_mut(), x.as_ptr()) };
-                    for (c, v) in dots.iter().enumerate().take(cols.j1 - j) {
-                        cols.set(0, j + c, *v);
-                    }
+        if m == 1 {
+            // one row: weights rebuilt straight into the dot products, no scratch
+            for j in (cols.j0..cols.j1).step_by(COL_TILE) {
+                // SAFETY: AVX2/FMA/F16C present (the caller checked); j is a multiple of
+                // COL_TILE below n_pad; x holds k floats.
+                let dots = unsafe { rebuild::<true>(w, j, std::ptr::null_mut(), x.as_ptr()) };
+                for (c, v) in dots.iter().enumerate().take(cols.j1 - j) {
+                    cols.set(0, j + c, *v);
                 }
-                return;
             }
+            return;
+        }
+        with_scratch(COL_TILE * k, |g| {
+            let mut out: TileOut = Default::default();
             for b0 in (0..m).step_by(ROW_BLOCK) {
                 let b1 = (b0 + ROW_BLOCK).min(m);
                 // balanced row tiles (9 rows: 3 + 3 + 3; 5 rows: 3 + 2)

@@ -269,26 +269,33 @@ fn rows<T: Load, F: RowTiles>(
 }
 
 /// Runs `f` on `x`, or on a copy of it at 32-byte alignment when it is not aligned: a 32-byte
-/// load that straddles two cache lines costs two. The copy lives in a buffer this thread reuses
-/// from call to call (a decode step makes a few hundred calls) and changes no arithmetic.
+/// load that straddles two cache lines costs two. The copy lives in [`with_scratch`]'s buffer
+/// and changes no arithmetic.
 fn with_aligned<R>(x: &[f32], f: impl FnOnce(&[f32]) -> R) -> R {
     if (x.as_ptr() as usize).is_multiple_of(32) {
         return f(x);
     }
+    with_scratch(x.len(), |a| {
+        a.copy_from_slice(x);
+        f(a)
+    })
+}
+
+/// Runs `f` on `len` f32 at 32-byte alignment, in a buffer this thread reuses from call to
+/// call (a decode step makes a few hundred calls; a nested call gets a buffer of its own). The
+/// contents on entry are unspecified.
+pub(crate) fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
     thread_local! {
         static SCRATCH: std::cell::RefCell<Vec<Lanes>> = const { std::cell::RefCell::new(Vec::new()) };
     }
     SCRATCH.with(|s| {
         let mut fresh = Vec::new();
         let mut held = s.try_borrow_mut();
-        // a nested call on this thread (none today) gets a buffer of its own
         let v = held.as_deref_mut().unwrap_or(&mut fresh);
-        v.clear();
-        v.resize(x.len().div_ceil(8), Lanes([0.0; 8]));
-        // SAFETY: `v` holds `8 * v.len() >= x.len()` contiguous f32 (`Lanes` is `repr(C)` of
+        v.resize(len.div_ceil(8), Lanes([0.0; 8]));
+        // SAFETY: `v` holds `8 * v.len() >= len` contiguous f32 (`Lanes` is `repr(C)` of
         // `[f32; 8]`, whose size equals its alignment, 32).
-        let a = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut f32, x.len()) };
-        a.copy_from_slice(x);
+        let a = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut f32, len) };
         f(a)
     })
 }
