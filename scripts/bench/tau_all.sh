@@ -6,7 +6,9 @@
 # SEED + i) with the full block verified every round (--max-draft 15 / 7 / 7), and the
 # draft-model drafter (the demo GGUF kept quantized, adaptive 2-8 drafts) greedy and at T = 0.7;
 # with CAPS="1 2 3", DFlash b8 at T = 0.7 with each of those draft counts too.
-# A run whose JSON is already in $OUT_DIR is kept (set FRESH=1 to redo all). Greedy tau of the trained drafters over the same prompts comes from
+# A run whose JSON is already in $OUT_DIR is kept (set FRESH=1 to redo all). ONLY=PATTERN runs
+# only the specs whose drafter path contains PATTERN (e.g. ONLY=dflash after a new DFlash); the
+# summary then keeps the other rows of bench-results/smollm2-tau-all.json as they were. Greedy tau of the trained drafters over the same prompts comes from
 # the training evaluator (bench-results/smollm2-trained-heldout-tau.json), checked against
 # dspark round by round. Writes one JSON per run under $OUT_DIR and the summary
 # bench-results/smollm2-tau-all.json (W2-2 item 5).
@@ -28,6 +30,7 @@ specs=("draft - - 0" "draft - - 0.7" "dflash $D/smollm2-135m-dflash-b8 7 0.7"
 for c in ${CAPS:-}; do specs+=("dflash $D/smollm2-135m-dflash-b8 $c 0.7 cap$c"); done
 for run in "${specs[@]}"; do
     read -r mode drafter cap temp tag <<<"$run"
+    [ -z "${ONLY:-}" ] || [[ "$drafter" == *"$ONLY"* ]] || continue
     dargs=()
     [ "$drafter" = - ] || dargs=(--drafter "$drafter" --max-draft "$cap")
     for set in mtbench humaneval; do
@@ -51,6 +54,11 @@ for p in sys.argv[1:]:
                                    "temperature", "top_p", "first_seed", "mean_tau", "rounds",
                                    "tokens_in_rounds", "accept_length_counts")}
                 | {"drafter_dir": os.path.basename(p).split("-", 2)[2].rsplit("-t", 1)[0]})
+key = lambda r: (r["prompt_set"], r["mode"], r["drafter_dir"], r["temperature"], r["max_draft"])
+if os.environ.get("ONLY") and os.path.isfile("bench-results/smollm2-tau-all.json"):
+    fresh = {key(r): r for r in rows}
+    old = json.load(open("bench-results/smollm2-tau-all.json"))["rows"]
+    rows = [fresh.pop(key(r), r) for r in old] + list(fresh.values())
 out = {"about": "Held-out acceptance (mean tokens per round: accepted drafts + 1) of the demo's drafters by "
                 "dspark's own speculative loop (`dspark bench --tau-only`, f32 target on the CPU, generation "
                 "stops at the model's end-of-turn tokens): all 80 MT-Bench first turns and 164 HumanEval "

@@ -34,8 +34,15 @@ def main():
                        ("dspark_tau", "DSpark b7")]:
         if any(key in r for r in log):
             ax[1].plot([r["step"] for r in log if key in r], [r[key] for r in log if key in r], label=label)
+    val = d.get("val") or []
+    for key, label in [("val_dflash16_tau", "DFlash b16, validation"), ("val_dflash8_tau", "DFlash b8, validation"),
+                       ("val_dspark_tau", "DSpark b7, validation")]:
+        if any(key in r for r in val):
+            ax[1].plot([r["step"] for r in val if key in r], [r[key] for r in val if key in r], "o--", label=label)
     ax[1].set_xlabel("step")
-    ax[1].set_ylabel("accepted + 1 at a random anchor (train batch)")
+    ax[1].set_ylabel("accepted + 1 at random anchors")
+    ax[1].set_title("lines: training batches; dots: held-back validation sequences" if val else "training batches",
+                    fontsize=9)
     ax[1].legend()
     s = d["summary"]
     fig.suptitle(f"SmolLM2-135M drafters: {s['steps']} steps, {s['epochs']:.1f} epochs of {s['sequences']} "

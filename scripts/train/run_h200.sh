@@ -10,7 +10,8 @@
 #
 # Sizes come from the environment (defaults: the planned run on the second data set; the shipped
 # drafters' run used GEN_BUDGET_S=270 TRAIN_BUDGET_S=420 and the first gen_data.py): GEN_BUDGET_S,
-# GEN_ARGS, TRAIN_BUDGET_S, TRAIN_BATCH, TRAIN_ANCHORS, TRAIN_ARGS, EVAL_LIMIT, DEVICE.
+# GEN_ARGS, TRAIN_BUDGET_S, TRAIN_BATCH, TRAIN_ANCHORS, TRAIN_ARGS, EVAL_LIMIT, DEVICE; EVAL_SHIPPED=1
+# also evaluates the drafters in assets/drafters on the same greedy runs.
 set -uo pipefail
 W="$1"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -21,6 +22,12 @@ DEVICE="${DEVICE:-cuda}"
 ART="${ART:-$W}"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 stamp() { echo "[$(date +%H:%M:%S) +$((SECONDS))s] $*"; }
+drafters_in() {   # evaluate.py's --drafter arguments for the drafters a run saved (TRAIN_ARGS may hold --which)
+    EVAL_DRAFTERS=()
+    [ -d "$1/dflash" ] && EVAL_DRAFTERS+=(--drafter "dflash16=$1/dflash" --drafter "dflash8=$1/dflash:8")
+    [ -d "$1/dspark" ] && EVAL_DRAFTERS+=(--drafter "dspark=$1/dspark")
+    return 0
+}
 
 stamp "start"
 if [ -f "$W/data_u16.npz" ]; then
@@ -37,9 +44,9 @@ else
         if "$PY" "$CODE/train.py" --gguf-dir "$W" --data "$W/smoke_u16.npz" --out "$W/smoke" --device "$DEVICE" \
                 --max-steps 3 --log-every 1 --batch "${TRAIN_BATCH:-48}" --anchors "${TRAIN_ANCHORS:-64}" \
                 ${TRAIN_ARGS:-} > "$W/smoke.log" 2>&1 \
+            && drafters_in "$W/smoke" \
             && "$PY" "$CODE/evaluate.py" --gguf-dir "$W" --mtbench "$ART/question.jsonl" \
-                --humaneval "$ART/HumanEval.jsonl.gz" --drafter "dflash16=$W/smoke/dflash" \
-                --drafter "dflash8=$W/smoke/dflash:8" --drafter "dspark=$W/smoke/dspark" --limit 2 \
+                --humaneval "$ART/HumanEval.jsonl.gz" "${EVAL_DRAFTERS[@]}" --limit 2 \
                 --out "$W/smoke/eval.json" --device "$DEVICE" >> "$W/smoke.log" 2>&1; then
             touch "$W/SMOKE_DONE"; stamp "smoke ok"
         else
@@ -66,9 +73,14 @@ stamp "trained: $(tail -1 "$W/train.log" | cut -c1-300)"
 touch "$W/TRAIN_DONE"
 
 stamp "evaluate"
+drafters_in "$W/ckpt"
+if [ -n "${EVAL_SHIPPED:-}" ]; then   # the drafters in the tree, side by side on the same greedy runs
+    A="$HERE/../../assets/drafters"
+    EVAL_DRAFTERS+=(--drafter "shipped_dflash16=$A/smollm2-135m-dflash-b16" \
+        --drafter "shipped_dflash8=$A/smollm2-135m-dflash-b16:8" --drafter "shipped_dspark=$A/smollm2-135m-dspark-b7")
+fi
 if ! "$PY" "$CODE/evaluate.py" --gguf-dir "$W" --mtbench "$ART/question.jsonl" \
-        --humaneval "$ART/HumanEval.jsonl.gz" --drafter "dflash16=$W/ckpt/dflash" \
-        --drafter "dflash8=$W/ckpt/dflash:8" --drafter "dspark=$W/ckpt/dspark" \
+        --humaneval "$ART/HumanEval.jsonl.gz" "${EVAL_DRAFTERS[@]}" \
         --limit "${EVAL_LIMIT:-0}" --out "$W/ckpt/eval.json" --device "$DEVICE" > "$W/eval.log" 2>&1; then
     stamp "evaluate FAILED"; tail -30 "$W/eval.log"; touch "$W/FAIL"; exit 1
 fi

@@ -9,6 +9,11 @@ curves into docs/, and writes the two files made from the evaluator's output:
   python scripts/train/ship.py RUN_DIR     RUN_DIR holds ckpt/{dflash,dspark}/config.json,
                                            ckpt/{eval.json,train_log.json,loss.png},
                                            data_u16.json, log, and dflash/dspark.safetensors
+
+A run that trained one drafter (train.py --which) ships that one: the other stays as it is in the
+tree, and its rows in both files come from the same evaluation's `shipped_*` entries
+(run_h200.sh with EVAL_SHIPPED=1), which evaluated the drafters in the tree on the same greedy
+runs; the replaced drafter's figures are kept under "previous".
 """
 from __future__ import annotations
 
@@ -56,7 +61,17 @@ def main():
     summary = tl["summary"] if "summary" in tl else {k: v for k, v in tl.items() if k != "log"}
 
     dst = os.path.join(ROOT, "assets", "drafters")
-    for kind, name in (("dflash", NAMES["dflash16"]), ("dspark", NAMES["dspark"])):
+    trained = [k for k in ("dflash", "dspark") if os.path.isfile(os.path.join(run, f"{k}.safetensors"))]
+    kept = [k for k in ("dflash", "dspark") if k not in trained]
+    evals = {"dflash": ["dflash16", "dflash8"], "dspark": ["dspark"]}
+    # the evaluator's name of each shipped drafter's rows, and the replaced ones' earlier rows
+    pick = {n: n for k in trained for n in evals[k]}
+    pick.update({n: f"shipped_{n}" for k in kept for n in evals[k]})
+    previous = {n: f"shipped_{n}" for k in trained for n in evals[k]}
+    for k, v in list(pick.items()) + list(previous.items()):
+        assert v in ev["rounds"], f"{v} is not in eval.json (run_h200.sh with EVAL_SHIPPED=1)"
+    prev_held = json.load(open(os.path.join(ROOT, "bench-results", "smollm2-trained-heldout-tau.json")))
+    for kind, name in ((k, NAMES["dflash16"] if k == "dflash" else NAMES["dspark"]) for k in trained):
         shutil.copyfile(os.path.join(run, f"{kind}.safetensors"), os.path.join(dst, name, "model.safetensors"))
         cfg = json.load(open(os.path.join(run, "ckpt", kind, "config.json")))
         write_config(os.path.join(dst, name), cfg)
@@ -68,7 +83,7 @@ def main():
             write_config(os.path.join(dst, NAMES["dflash8"]), b8)
     shutil.copyfile(os.path.join(run, "ckpt", "loss.png"), os.path.join(ROOT, "docs", "drafter-training-smollm2.png"))
 
-    first = ev["rounds"]["dflash16"]
+    first = ev["rounds"][pick["dflash16"]]
     fx = {
         "about": "Greedy runs and per-round accept lengths (accepted + 1, full block, up to "
                  f"{ev['rounds_max_new']} new tokens) of the trained SmolLM2-135M drafters in assets/drafters/ on "
@@ -79,7 +94,7 @@ def main():
         "max_new": ev["rounds_max_new"],
         "prompt_ids": [r["prompt_ids"] for r in first],
         "greedy": [r["greedy"] for r in first],
-        "rounds": {NAMES[k]: [r["accept_lengths"] for r in v] for k, v in ev["rounds"].items()},
+        "rounds": {NAMES[n]: [r["accept_lengths"] for r in ev["rounds"][e]] for n, e in pick.items()},
     }
     for k, v in ev["rounds"].items():
         assert [r["greedy"] for r in v] == fx["greedy"], k
@@ -110,11 +125,19 @@ def main():
                  "block 16/8; dspark: DSpark b7. Written by scripts/train/ship.py from the run's eval.json.",
         "evaluator_seconds": ev["seconds"],
         "max_new": ev["max_new"],
-        "sets": ev["sets"],
+        "sets": {s_: {**v, "tau": {n: v["tau"][e] for n, e in pick.items()}} for s_, v in ev["sets"].items()},
         "data": data,
         "training": summary,
         "wall_seconds_on_h200": stage_seconds(log),
     }
+    if kept:
+        held["about"] += (f" This run trained {', '.join(trained)} alone; {', '.join(kept)} is the earlier run's, "
+                          "evaluated again beside it (its training, data and wall times under kept_from_earlier_run); "
+                          "the replaced drafter's figures on the same greedy runs are under previous.")
+        held["previous"] = {s_: {n: v["tau"][e] for n, e in previous.items()} for s_, v in ev["sets"].items()}
+        held["kept_from_earlier_run"] = {k: prev_held.get("kept_from_earlier_run", {}).get(k) or {
+            "training": prev_held["training"], "data": prev_held["data"],
+            "wall_seconds_on_h200": prev_held["wall_seconds_on_h200"]} for k in kept}
     with open(os.path.join(ROOT, "bench-results", "smollm2-trained-heldout-tau.json"), "w") as f:
         json.dump(held, f, indent=1)
         f.write("\n")

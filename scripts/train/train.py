@@ -27,6 +27,11 @@ Anchors: A distinct random response positions per sequence per step (the pending
 context = the target's tapped states of every earlier position. AdamW, linear warm-up, cosine
 schedule over a time budget.
 
+Validation (--val-seqs N): N sequences drawn by the seed are never trained on; every
+--val-every steps each drafter's accepted-run metric (tau at fixed random anchors, every block
+size it trains at) is measured on them, and the weights saved are those of its best validation
+tau, not the last step's (the held-out sets MT-Bench and HumanEval are never looked at).
+
   python scripts/train/train.py --gguf-dir DIR --data data_u16.npz --out ckpt --budget-s 360
 """
 from __future__ import annotations
@@ -194,6 +199,70 @@ def dspark_loss(net, heads, emb, store, tok, flat, lens, anchors, avalid, g, gam
                        "dspark_tau": 1 + run.mean().item()}
 
 
+class Validation:
+    """Fixed batches of held-back sequences with fixed anchors (drawn once from the seed)."""
+
+    def __init__(self, store, idx, a, dev):
+        g = torch.Generator(device=dev)
+        g.manual_seed(a.seed + 1)
+        self.batches = []
+        for i in range(0, len(idx), a.batch):
+            tok, lens, plens, flat = store.batch(idx[i:i + a.batch])
+            anchors, avalid = sample_anchors(g, lens, plens, a.anchors)
+            self.batches.append((tok, lens, flat, anchors, avalid))
+        self.store = store
+
+    @torch.no_grad()
+    def run(self, nets, emb, a):
+        """Mean tau (1 + accepted run at each anchor, all block rows) per drafter and block."""
+        sums, n = {}, {}
+        cast = dict(device_type=emb.device.type, dtype=torch.bfloat16, enabled=emb.device.type == "cuda")
+        for tok, lens, flat, anchors, avalid in self.batches:
+            w = int(avalid.sum())
+            for k, (net, heads, cfg) in nets.items():
+                net.eval()
+                with torch.autocast(**cast):
+                    if k == "dflash":
+                        blocks = [cfg["block_size"]] + ([a.dflash_alt_block] if a.dflash_alt_block else [])
+                        out = {}
+                        for bs in blocks:
+                            out.update(dflash_loss(net, emb, self.store, tok, flat, lens, anchors, avalid, bs,
+                                                   a.dflash_gamma)[1])
+                    else:
+                        out = dspark_loss(net, heads, emb, self.store, tok, flat, lens, anchors, avalid,
+                                          cfg["block_size"], a.dspark_gamma)[1]
+                net.train()
+                for key, v in out.items():
+                    if key.endswith("_tau"):
+                        sums[key] = sums.get(key, 0.0) + v * w
+                        n[key] = n.get(key, 0) + w
+        return {f"val_{k}": sums[k] / max(1, n[k]) for k in sums}
+
+
+def keep_best(best, nets, row, step):
+    """Keeps a copy of each drafter's weights at its best mean validation tau so far."""
+    for k, (net, heads, _) in nets.items():
+        taus = [v for key, v in row.items() if key.startswith(f"val_{k}") and key.endswith("_tau")]
+        tau = sum(taus) / len(taus)
+        if k not in best or tau > best[k]["tau"]:
+            best[k] = {"tau": tau, "step": step,
+                       "net": {n_: t.detach().clone() for n_, t in net.state_dict().items()},
+                       "heads": ({n_: t.detach().clone() for n_, t in heads.state_dict().items()}
+                                 if heads is not None else None)}
+
+
+def validate(val, nets, emb, a, step, t_start, val_log, best):
+    try:
+        row = {"step": step, "seconds": round(time.time() - t_start, 1), **val.run(nets, emb, a)}
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        print(f"validation at step {step} ran out of memory: skipped", flush=True)
+        return
+    val_log.append(row)
+    print("val", json.dumps(row), flush=True)
+    keep_best(best, nets, row, step)
+
+
 EMB = None
 
 
@@ -228,6 +297,8 @@ def main():
     ap.add_argument("--init", default="", help="DFLASH_DIR,DSPARK_DIR: continue from saved drafters")
     ap.add_argument("--precompute-chunk", type=int, default=32768, help="target tokens per precompute pass")
     ap.add_argument("--log-every", type=int, default=25)
+    ap.add_argument("--val-seqs", type=int, default=0, help="sequences kept out of training for validation")
+    ap.add_argument("--val-every", type=int, default=250, help="steps between validation passes")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = ap.parse_args()
 
@@ -283,8 +354,13 @@ def main():
     order_rng = random.Random(a.seed)
     order = list(range(n))
     order_rng.shuffle(order)
+    val_idx = order[:min(a.val_seqs, n // 10)]   # at most a tenth (small smoke-test data sets)
+    order = order[len(val_idx):]
+    n_train = len(order)
+    val = Validation(store, val_idx, a, dev) if val_idx else None
+    best = {}
     cursor, epoch = 0, 0
-    log, acc = [], {}
+    log, acc, val_log = [], {}, []
     t_start = time.time()
     step, A, anchors_seen = 0, a.anchors, 0
     cast = dict(device_type=dev.split(":")[0], dtype=torch.bfloat16, enabled=dev.startswith("cuda"))
@@ -292,7 +368,7 @@ def main():
         progress = max(step / a.max_steps, (time.time() - t_start) / a.budget_s)
         if progress >= 1.0:
             break
-        if cursor + a.batch > n:
+        if cursor + a.batch > n_train:
             order_rng.shuffle(order)
             cursor, epoch = 0, epoch + 1
         idx = order[cursor:cursor + a.batch]
@@ -338,11 +414,26 @@ def main():
             acc = {}
             log.append(row)
             print(json.dumps(row), flush=True)
+        if val is not None and step % a.val_every == 0:
+            validate(val, nets, emb_bf, a, step, t_start, val_log, best)
 
+    if val is not None:   # a last pass, then the best validation state of each drafter
+        if not val_log or val_log[-1]["step"] != step:
+            validate(val, nets, emb_bf, a, step, t_start, val_log, best)
+        for k, (net, heads, _) in nets.items():
+            if k not in best:
+                continue
+            net.load_state_dict(best[k]["net"])
+            if heads is not None:
+                heads.load_state_dict(best[k]["heads"])
+            print(f"{k}: saving the weights of step {best[k]['step']} (validation tau {best[k]['tau']:.3f})",
+                  flush=True)
     os.makedirs(a.out, exist_ok=True)
-    summary = {"steps": step, "epochs": epoch + cursor / n, "train_seconds": round(time.time() - t_start, 1),
+    summary = {"steps": step, "epochs": epoch + cursor / max(1, n_train), "train_seconds": round(time.time() - t_start, 1),
                "load_seconds": round(t_load, 1), "precompute_seconds": round(t_pre, 1),
-               "sequences": n, "tokens": store.N, "anchors_per_drafter": anchors_seen, "anchors_per_seq": A,
+               "sequences": n, "train_sequences": n_train, "val_sequences": len(val_idx),
+               "best": {k: {"step": v["step"], "val_tau": v["tau"]} for k, v in best.items()},
+               "tokens": store.N, "anchors_per_drafter": anchors_seen, "anchors_per_seq": A,
                "args": vars(a), "taps": common.TAPS, "mask_token_id": common.MASK_ID}
     for k, (net, heads, cfg) in nets.items():
         common.round_f16_(net)
@@ -354,9 +445,12 @@ def main():
         else:
             conf = common.dspark_config(cfg, a.markov_rank)
             sd = common.state_f16(net, heads)
-        common.save_drafter(os.path.join(a.out, k), conf, sd, {"steps": str(step)})
+        meta = {"steps": str(step)}
+        if k in best:
+            meta["validation_best_step"] = str(best[k]["step"])
+        common.save_drafter(os.path.join(a.out, k), conf, sd, meta)
     with open(os.path.join(a.out, "train_log.json"), "w") as f:
-        json.dump({"summary": summary, "log": log}, f, indent=1)
+        json.dump({"summary": summary, "log": log, "val": val_log}, f, indent=1)
     print("saved", a.out, json.dumps(summary), flush=True)
 
 
