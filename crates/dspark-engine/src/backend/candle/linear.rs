@@ -1,4 +1,4 @@
-//! Matmul weights on candle: dense (f32, or bf16 kept under f32 compute), GGUF blocks repacked
+//! Matmul weights on candle: dense (f32, or bf16 / f16 kept under f32 compute), GGUF blocks repacked
 //! and run by our kernels (Q8_0/Q4_0/Q4_1/Q4_K/Q6_K), other K-quants through candle's
 //! `QMatMul`, MLX affine 4/8-bit run packed; and the matmul that dispatches on the form (GEMV
 //! for few rows, GEMM for prefill).
@@ -102,6 +102,8 @@ fn aligned(t: Tensor) -> BResult<Tensor> {
                 .map(|(v, pad)| (Tensor::from_vec(v, pad + n, &Device::Cpu), pad)),
             candle_core::Storage::Cpu(candle_core::CpuStorage::BF16(v)) => realign(&v[o..o + n])
                 .map(|(v, pad)| (Tensor::from_vec(v, pad + n, &Device::Cpu), pad)),
+            candle_core::Storage::Cpu(candle_core::CpuStorage::F16(v)) => realign(&v[o..o + n])
+                .map(|(v, pad)| (Tensor::from_vec(v, pad + n, &Device::Cpu), pad)),
             _ => None,
         }
     };
@@ -204,19 +206,20 @@ impl CandleBackend {
                 });
             }
         }
-        // bf16 weights under f32 compute on the CPU stay bf16 (half the memory and bandwidth):
-        // the GEMV widens them in registers, exactly (bf16 -> f32 is lossless).
-        let bf16 = matches!(
+        // bf16 and f16 weights under f32 compute on the CPU stay as stored (half the memory and
+        // bandwidth): the GEMV widens them in registers, exactly (both convert to f32 losslessly),
+        // so the products have the bits of an f32 copy's. The trained drafters are f16.
+        let half = matches!(
             host,
             HostTensor::Dense {
-                dtype: DType::BF16,
+                dtype: DType::BF16 | DType::F16,
                 ..
             }
         );
         if !self.cpu_kernels() {
             return self.device_tensor(host).map(CandleLinear::Dense);
         }
-        let t = if bf16 {
+        let t = if half {
             self.dense_f32_host(host)?
         } else {
             self.device_tensor(host)?
@@ -344,7 +347,7 @@ impl CandleBackend {
                 let rows: usize = dims[..dims.len() - 1].iter().product();
                 let cpu_kernel = self.cpu_kernels()
                     && x.dtype() == CDType::F32
-                    && matches!(w.dtype(), CDType::F32 | CDType::BF16);
+                    && matches!(w.dtype(), CDType::F32 | CDType::BF16 | CDType::F16);
                 #[cfg(feature = "cuda")]
                 if self.cuda_kernels()
                     && rows <= crate::backend::cuda::ROWS_MAX
@@ -365,8 +368,8 @@ impl CandleBackend {
     }
 }
 
-/// `x[.., k] · w[n, k]ᵀ` by candle's blocked GEMM (prefill without AVX-512; bf16 weights
-/// widened for the call).
+/// `x[.., k] · w[n, k]ᵀ` by candle's blocked GEMM (prefill without AVX-512; bf16 and f16
+/// weights widened for the call).
 fn gemm(x: &Tensor, w: &Tensor) -> BResult<Tensor> {
     let dims = x.dims().to_vec();
     let k = *dims

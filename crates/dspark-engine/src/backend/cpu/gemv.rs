@@ -1,5 +1,5 @@
 //! Decode GEMV on the CPU: `y[m, n] = x[m, k] · w[n, k]ᵀ` for a few rows `m` (one decode step
-//! or one verify block), f32 or bf16 weights streamed once, columns split across threads. The
+//! or one verify block), f32, bf16 or f16 weights streamed once, columns split across threads. The
 //! x86 kernels are in [`avx2`] (AVX2 + FMA: one-row decode on every x86 CPU, and several rows
 //! where AVX-512 is missing) and [`avx512_rows`] (several rows on AVX-512 CPUs, with the same
 //! per-output arithmetic); other CPUs run a portable dot per output.
@@ -43,6 +43,16 @@ pub fn gemv_bf16(x: &[f32], m: usize, k: usize, w: &[half::bf16], n: usize, y: &
         return avx2::gemv(x, m, k, w, n, y);
     }
     drive(x, m, k, w, n, y, portable::dot_bf16)
+}
+
+/// As [`gemv_f32`] for f16 weights (widened to f32 in registers by F16C; activations stay f32):
+/// the bits of the same product over the weights' f32 copy, at half its bytes.
+pub fn gemv_f16(x: &[f32], m: usize, k: usize, w: &[half::f16], n: usize, y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if x86::available() {
+        return avx2::gemv(x, m, k, w, n, y);
+    }
+    drive(x, m, k, w, n, y, portable::dot_f16)
 }
 
 /// One f32 dot product (AVX2 or portable; the attention kernels' dot, the same bits whatever
@@ -102,6 +112,10 @@ mod portable {
     }
 
     pub fn dot_bf16(x: &[f32], w: &[half::bf16]) -> f32 {
+        dot_by(x, w.len(), |i| w[i].to_f32())
+    }
+
+    pub fn dot_f16(x: &[f32], w: &[half::f16]) -> f32 {
         dot_by(x, w.len(), |i| w[i].to_f32())
     }
 
@@ -290,6 +304,41 @@ mod tests {
                     "bf16: row {r} of {m} differs from alone"
                 );
             }
+        }
+    }
+
+    /// f16 weights give exactly the bits of the same product over their f32 copy (the widening
+    /// is exact and the tiles are the same), on every path: one row, AVX2 and AVX-512 row tiles,
+    /// odd k, and weights with f16 subnormals and the largest f16 values.
+    #[test]
+    fn f16_weights_give_the_f32_copys_bits() {
+        let mut seed = 11;
+        for &(m, k, n) in &[(1, 576, 1536), (9, 576, 70), (4, 77, 33), (70, 96, 21)] {
+            let x = rand_vec(m * k, &mut seed);
+            let mut wh: Vec<half::f16> = rand_vec(n * k, &mut seed)
+                .iter()
+                .map(|&v| half::f16::from_f32(v))
+                .collect();
+            wh[0] = half::f16::from_bits(0x0001); // the smallest subnormal
+            wh[k + 1] = half::f16::MAX;
+            wh[2 * k - 1] = half::f16::from_bits(0x83ff); // a negative subnormal
+            let wf: Vec<f32> = wh.iter().map(|v| v.to_f32()).collect();
+            let (mut yh, mut yf) = (vec![0f32; m * n], vec![0f32; m * n]);
+            gemv_f16(&x, m, k, &wh, n, &mut yh);
+            gemv_f32(&x, m, k, &wf, n, &mut yf);
+            assert_eq!(yh, yf, "m{m} k{k} n{n}");
+            #[cfg(target_arch = "x86_64")]
+            if x86::available() {
+                for wide in [false, avx512_rows::available()] {
+                    avx2::gemv_tiles(&x, m, k, &wh, n, &mut yh, wide);
+                    assert_eq!(yh, yf, "tiles (wide {wide}) m{m} k{k} n{n}");
+                }
+            }
+            let mut port = vec![0f32; m * n];
+            drive(&x, m, k, &wh, n, &mut port, portable::dot_f16);
+            let mut port_f = vec![0f32; m * n];
+            drive(&x, m, k, &wf, n, &mut port_f, portable::dot_f32);
+            assert_eq!(port, port_f, "portable m{m} k{k} n{n}");
         }
     }
 

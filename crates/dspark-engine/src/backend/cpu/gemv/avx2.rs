@@ -1,4 +1,4 @@
-//! f32 / bf16 GEMV on AVX2 + FMA: one-row decode steps on every x86 CPU, and verify blocks and
+//! f32 / bf16 / f16 GEMV on AVX2 + FMA (+ F16C): one-row decode steps on every x86 CPU, and verify blocks and
 //! prefill chunks where AVX-512 is missing ([`super::avx512_rows`] takes those otherwise, with
 //! the same per-output arithmetic).
 //!
@@ -52,6 +52,19 @@ impl Load for half::bf16 {
     unsafe fn load8(p: *const half::bf16) -> __m256 {
         let h = _mm_loadu_si128(p as *const __m128i);
         _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+    }
+    fn one(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+impl Load for half::f16 {
+    /// f16 -> f32 by F16C, exact (every f16 value, subnormals included, is an f32 value).
+    /// The tile functions enable `f16c` too, so this inlines into them.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8(p: *const half::f16) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
     }
     fn one(self) -> f32 {
         self.to_f32()
@@ -306,7 +319,7 @@ pub(crate) fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R 
 struct Lanes([f32; 8]);
 
 /// Runs the `nr × nc` 3 × 3-family tile.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dispatch<T: Load>(
     xp: *const f32,
     nr: usize,
@@ -329,7 +342,7 @@ unsafe fn dispatch<T: Load>(
 
 /// Rows `0..R` of `xp` (row stride `k`) against columns `0..C` of `wp`, into `out[r][c]`.
 #[inline]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile<const R: usize, const C: usize, T: Load>(
     xp: *const f32,
     wp: *const T,

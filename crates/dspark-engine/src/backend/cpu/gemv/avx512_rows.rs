@@ -1,4 +1,4 @@
-//! f32 / bf16 GEMV of several rows (verify blocks, prefill chunks) on AVX-512 CPUs, with the
+//! f32 / bf16 / f16 GEMV of several rows (verify blocks, prefill chunks) on AVX-512 CPUs, with the
 //! per-output arithmetic of [`super::avx2`]: one 8-lane accumulator per output over `k` in
 //! steps of 8, its fixed-order horizontal sum, then the scalar tail. So a verify row still
 //! gives the bits of a one-row decode step, which stays on the AVX2 path.
@@ -62,7 +62,7 @@ impl RowTiles for Avx512Tiles {
     }
 }
 
-#[target_feature(enable = "avx512f,avx2,fma")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
 unsafe fn dispatch<T: Load>(
     xp: *const f32,
     nr: usize,
@@ -86,7 +86,7 @@ unsafe fn dispatch<T: Load>(
 
 /// Rows `0..R` of `xp` (row stride `k`) against column pairs `0..P` of `wp`.
 #[inline]
-#[target_feature(enable = "avx512f,avx2,fma")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
 unsafe fn tile<const R: usize, const P: usize, T: Load>(
     xp: *const f32,
     wp: [*const T; COLS],
