@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The trained demo drafters (assets/drafters/) against the baseline on this CPU, each run its own
 # baseline and speculative pass over the same prompts: 10 held-out MT-Bench first turns and 10
-# HumanEval prompts, 128 tokens; greedy (full block and 2 drafts per round) and T = 0.7
-# (top-p 1, seeds 0..9, full block). Writes one JSON per run under $OUT_DIR and the summary
+# HumanEval prompts, 128 tokens; greedy (the default count, "auto": each round's count from
+# measured acceptance and round times, and 2 drafts per round) and T = 0.7 (top-p 1, seeds
+# 0..9, the default count). Writes one JSON per run under $OUT_DIR and the summary
 # bench-results/smollm2-trained-cpu.json (W2-2 item 5: tau and tok/s against the baseline).
 #   cargo build --release -p dspark-cli && scripts/bench/trained_cpu.sh [PROMPTS]
 set -Eeuo pipefail
@@ -33,7 +34,7 @@ for p in sys.argv[1:]:
     s = d["spec"]
     rows.append({
         "prompt_set": d["prompt_set"], "prompts": d["prompts"], "max_tokens": d["max_tokens"],
-        "mode": s["mode"], "drafter": s["drafter"], "max_draft": s["max_draft"] if s["max_draft"] < 1 << 20 else "block",
+        "mode": s["mode"], "drafter": s["drafter"], "max_draft": s["max_draft"] if not isinstance(s["max_draft"], int) or s["max_draft"] < 1 << 20 else "block",
         "temperature": s.get("temperature", 0.0), "mean_tau": s["mean_tau"],
         "baseline_tok_s": d["baseline"]["tok_s"], "spec_tok_s": s["tok_s"],
         "ratio_vs_baseline": s["ratio_vs_baseline"], "verify_share": s["verify_share"],
