@@ -30,7 +30,9 @@ schedule over a time budget.
 Validation (--val-seqs N): N sequences drawn by the seed are never trained on; every
 --val-every steps each drafter's accepted-run metric (tau at fixed random anchors, every block
 size it trains at) is measured on them, and the weights saved are those of its best validation
-tau, not the last step's (the held-out sets MT-Bench and HumanEval are never looked at).
+tau, not the last step's (the held-out sets MT-Bench and HumanEval are never looked at). The
+split is by sequence: gen_data.py answers a prompt more than once, so a held-back sequence's
+prompt may have trained answers, and the validation figure is optimistic.
 
   python scripts/train/train.py --gguf-dir DIR --data data_u16.npz --out ckpt --budget-s 360
 """
