@@ -30,9 +30,11 @@ schedule over a time budget.
 Validation (--val-seqs N): N sequences drawn by the seed are never trained on; every
 --val-every steps each drafter's accepted-run metric (tau at fixed random anchors, every block
 size it trains at) is measured on them, and the weights saved are those of its best validation
-tau, not the last step's (the held-out sets MT-Bench and HumanEval are never looked at). The
-split is by sequence: gen_data.py answers a prompt more than once, so a held-back sequence's
-prompt may have trained answers, and the validation figure is optimistic.
+tau, not the last step's (the held-out sets MT-Bench and HumanEval are never looked at).
+gen_data.py answers a prompt more than once (greedy, then sampled) and a second turn holds its
+first exchange, so the split is by first user turn (--val-by prompt, the default): every answer
+to a held-back prompt, second turns included, is held back. --val-by sequence (the fifth run's
+split) lets a held-back sequence's prompt have trained answers, which flatters validation.
 
   python scripts/train/train.py --gguf-dir DIR --data data_u16.npz --out ckpt --budget-s 360
 """
@@ -201,6 +203,35 @@ def dspark_loss(net, heads, emb, store, tok, flat, lens, anchors, avalid, g, gam
                        "dspark_tau": 1 + run.mean().item()}
 
 
+def first_turn(seq, plen):
+    """A sequence's prompt up to the end of its first user turn: the chat template's second
+    <|im_end|> (the first closes the system turn), or the whole prompt where there are fewer."""
+    ends = [i for i, t in enumerate(seq[:plen]) if t == common.EOS_IDS[0]]
+    return tuple(seq[:ends[1] + 1] if len(ends) > 1 else seq[:plen])
+
+
+def held_back(data, order, want, by):
+    """Indices of about `want` sequences to validate on, taken in `order` (the seeded shuffle):
+    single sequences, or (by prompt) every sequence of each first user turn taken."""
+    if want <= 0:
+        return []
+    if by == "sequence":
+        return order[:want]
+    groups = {}
+    for i in range(len(data["seqs"])):
+        groups.setdefault(first_turn(data["seqs"][i], data["plens"][i]), []).append(i)
+    out, seen = [], set()
+    for i in order:
+        key = first_turn(data["seqs"][i], data["plens"][i])
+        if key in seen:
+            continue
+        seen.add(key)
+        out.extend(groups[key])
+        if len(out) >= want:
+            break
+    return out
+
+
 class Validation:
     """Fixed batches of held-back sequences with fixed anchors (drawn once from the seed)."""
 
@@ -301,6 +332,8 @@ def main():
     ap.add_argument("--log-every", type=int, default=25)
     ap.add_argument("--val-seqs", type=int, default=0, help="sequences kept out of training for validation")
     ap.add_argument("--val-every", type=int, default=250, help="steps between validation passes")
+    ap.add_argument("--val-by", choices=["prompt", "sequence"], default="prompt",
+                    help="hold back whole first user turns (every answer to them) or single sequences")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = ap.parse_args()
 
@@ -356,8 +389,9 @@ def main():
     order_rng = random.Random(a.seed)
     order = list(range(n))
     order_rng.shuffle(order)
-    val_idx = order[:min(a.val_seqs, n // 10)]   # at most a tenth (small smoke-test data sets)
-    order = order[len(val_idx):]
+    val_idx = held_back(data, order, min(a.val_seqs, n // 10), a.val_by)  # at most a tenth
+    held = set(val_idx)
+    order = [i for i in order if i not in held]
     n_train = len(order)
     val = Validation(store, val_idx, a, dev) if val_idx else None
     best = {}
