@@ -14,7 +14,7 @@
 /// (see [`takes_rows`]).
 pub const MAX_ROWS: usize = 32;
 
-/// Whether [`gemv_f32`] / [`gemv_bf16`] should run an `m`-row product rather than a blocked
+/// Whether [`gemv_f32`] / [`gemv_narrow`] should run an `m`-row product rather than a blocked
 /// GEMM. With AVX-512 the register tile, blocked by rows for the L2, also runs prefill chunks
 /// (its wider form measured 840-910 tok/s on the demo's MT-Bench prompts against 690 through
 /// candle's GEMM), needs no f32 copy of bf16 weights, and keeps prefill rows batch-invariant too.
@@ -36,23 +36,30 @@ pub fn gemv_f32(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, y: &mut [f32
     drive(x, m, k, w, n, y, portable::dot_f32)
 }
 
-/// As [`gemv_f32`] for bf16 weights (widened to f32 in registers; activations stay f32).
-pub fn gemv_bf16(x: &[f32], m: usize, k: usize, w: &[half::bf16], n: usize, y: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if x86::available() {
-        return avx2::gemv(x, m, k, w, n, y);
-    }
-    drive(x, m, k, w, n, y, portable::dot_bf16)
-}
+/// Weights held narrower than f32 (bf16, f16) that the GEMV widens to f32 in registers,
+/// exactly (bf16 by a shift, f16 by F16C), so their products have the bits of an f32 copy's.
+#[cfg(target_arch = "x86_64")]
+pub(crate) trait Narrow: avx2::Load + Into<f32> {}
+/// Weights held narrower than f32 (bf16, f16), widened to f32 exactly.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) trait Narrow: Copy + Sync + Into<f32> {}
+impl Narrow for half::bf16 {}
+impl Narrow for half::f16 {}
 
-/// As [`gemv_f32`] for f16 weights (widened to f32 in registers by F16C; activations stay f32):
-/// the bits of the same product over the weights' f32 copy, at half its bytes.
-pub fn gemv_f16(x: &[f32], m: usize, k: usize, w: &[half::f16], n: usize, y: &mut [f32]) {
+/// As [`gemv_f32`] for bf16 or f16 weights (activations stay f32), at half the bytes.
+pub(crate) fn gemv_narrow<T: Narrow>(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[T],
+    n: usize,
+    y: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     if x86::available() {
         return avx2::gemv(x, m, k, w, n, y);
     }
-    drive(x, m, k, w, n, y, portable::dot_f16)
+    drive(x, m, k, w, n, y, portable::dot_narrow)
 }
 
 /// One f32 dot product (AVX2 or portable; the attention kernels' dot, the same bits whatever
@@ -111,12 +118,8 @@ mod portable {
         dot_by(x, w.len(), |i| w[i])
     }
 
-    pub fn dot_bf16(x: &[f32], w: &[half::bf16]) -> f32 {
-        dot_by(x, w.len(), |i| w[i].to_f32())
-    }
-
-    pub fn dot_f16(x: &[f32], w: &[half::f16]) -> f32 {
-        dot_by(x, w.len(), |i| w[i].to_f32())
+    pub fn dot_narrow<T: super::Narrow>(x: &[f32], w: &[T]) -> f32 {
+        dot_by(x, w.len(), |i| w[i].into())
     }
 
     fn dot_by(x: &[f32], k: usize, w: impl Fn(usize) -> f32) -> f32 {
@@ -139,7 +142,7 @@ mod portable {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
+pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512_rows;
 #[cfg(target_arch = "x86_64")]
@@ -287,7 +290,7 @@ mod tests {
             let wb: Vec<half::bf16> = w.iter().map(|&v| half::bf16::from_f32(v)).collect();
             let wbf: Vec<f32> = wb.iter().map(|v| v.to_f32()).collect();
             let mut yb = vec![0f32; m * n];
-            gemv_bf16(&x, m, k, &wb, n, &mut yb);
+            gemv_narrow(&x, m, k, &wb, n, &mut yb);
             assert!(max_err(&yb, &reference(&x, m, k, &wbf, n)) < bound);
             for r in 0..m {
                 let mut one = vec![0f32; n];
@@ -297,7 +300,7 @@ mod tests {
                     y[r * n..(r + 1) * n],
                     "row {r} of {m} differs from alone"
                 );
-                gemv_bf16(&x[r * k..(r + 1) * k], 1, k, &wb, n, &mut one);
+                gemv_narrow(&x[r * k..(r + 1) * k], 1, k, &wb, n, &mut one);
                 assert_eq!(
                     one[..],
                     yb[r * n..(r + 1) * n],
@@ -324,7 +327,7 @@ mod tests {
             wh[2 * k - 1] = half::f16::from_bits(0x83ff); // a negative subnormal
             let wf: Vec<f32> = wh.iter().map(|v| v.to_f32()).collect();
             let (mut yh, mut yf) = (vec![0f32; m * n], vec![0f32; m * n]);
-            gemv_f16(&x, m, k, &wh, n, &mut yh);
+            gemv_narrow(&x, m, k, &wh, n, &mut yh);
             gemv_f32(&x, m, k, &wf, n, &mut yf);
             assert_eq!(yh, yf, "m{m} k{k} n{n}");
             #[cfg(target_arch = "x86_64")]
@@ -335,7 +338,7 @@ mod tests {
                 }
             }
             let mut port = vec![0f32; m * n];
-            drive(&x, m, k, &wh, n, &mut port, portable::dot_f16);
+            drive(&x, m, k, &wh, n, &mut port, portable::dot_narrow);
             let mut port_f = vec![0f32; m * n];
             drive(&x, m, k, &wf, n, &mut port_f, portable::dot_f32);
             assert_eq!(port, port_f, "portable m{m} k{k} n{n}");

@@ -5,7 +5,7 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, S
 
 use super::affine::{affine_gemv, Affine};
 use super::attention::{attention, View};
-use super::gemv::{gemv_bf16, gemv_f16, gemv_f32};
+use super::gemv::{gemv_f32, gemv_narrow};
 use super::qgemv::{qgemv, QPacked};
 use super::rope::rope;
 use super::swiglu::{swiglu, Rows};
@@ -49,8 +49,8 @@ impl CustomOp2 for Gemv {
         let mut y = vec![0f32; m * n];
         match ws {
             CpuStorage::F32(w) => gemv_f32(x, m, k, &w[w0..w1], n, &mut y),
-            CpuStorage::BF16(w) => gemv_bf16(x, m, k, &w[w0..w1], n, &mut y),
-            CpuStorage::F16(w) => gemv_f16(x, m, k, &w[w0..w1], n, &mut y),
+            CpuStorage::BF16(w) => gemv_narrow(x, m, k, &w[w0..w1], n, &mut y),
+            CpuStorage::F16(w) => gemv_narrow(x, m, k, &w[w0..w1], n, &mut y),
             _ => return Err(msg("gemv: w must be f32, bf16 or f16")),
         }
         let mut od = xd.to_vec();
