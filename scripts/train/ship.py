@@ -67,10 +67,9 @@ def main():
     # the evaluator's name of each shipped drafter's rows, and the replaced ones' earlier rows
     pick = {n: n for k in trained for n in evals[k]}
     pick.update({n: f"shipped_{n}" for k in kept for n in evals[k]})
-    previous = {n: f"shipped_{n}" for k in trained for n in evals[k]}
-    for k, v in list(pick.items()) + list(previous.items()):
+    previous = {n: f"shipped_{n}" for k in trained for n in evals[k] if f"shipped_{n}" in ev["rounds"]}
+    for v in pick.values():
         assert v in ev["rounds"], f"{v} is not in eval.json (run_h200.sh with EVAL_SHIPPED=1)"
-    prev_held = json.load(open(os.path.join(ROOT, "bench-results", "smollm2-trained-heldout-tau.json")))
     for kind, name in ((k, NAMES["dflash16"] if k == "dflash" else NAMES["dspark"]) for k in trained):
         shutil.copyfile(os.path.join(run, f"{kind}.safetensors"), os.path.join(dst, name, "model.safetensors"))
         cfg = json.load(open(os.path.join(run, "ckpt", kind, "config.json")))
@@ -130,11 +129,13 @@ def main():
         "training": summary,
         "wall_seconds_on_h200": stage_seconds(log),
     }
+    if previous:
+        held["previous"] = {s_: {n: v["tau"][e] for n, e in previous.items()} for s_, v in ev["sets"].items()}
     if kept:
         held["about"] += (f" This run trained {', '.join(trained)} alone; {', '.join(kept)} is the earlier run's, "
                           "evaluated again beside it (its training, data and wall times under kept_from_earlier_run); "
                           "the replaced drafter's figures on the same greedy runs are under previous.")
-        held["previous"] = {s_: {n: v["tau"][e] for n, e in previous.items()} for s_, v in ev["sets"].items()}
+        prev_held = json.load(open(os.path.join(ROOT, "bench-results", "smollm2-trained-heldout-tau.json")))
         held["kept_from_earlier_run"] = {k: prev_held.get("kept_from_earlier_run", {}).get(k) or {
             "training": prev_held["training"], "data": prev_held["data"],
             "wall_seconds_on_h200": prev_held["wall_seconds_on_h200"]} for k in kept}

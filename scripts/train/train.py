@@ -217,12 +217,13 @@ def held_back(data, order, want, by):
         return []
     if by == "sequence":
         return order[:want]
+    keys = [first_turn(q, p) for q, p in zip(data["seqs"], data["plens"])]
     groups = {}
-    for i in range(len(data["seqs"])):
-        groups.setdefault(first_turn(data["seqs"][i], data["plens"][i]), []).append(i)
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
     out, seen = [], set()
     for i in order:
-        key = first_turn(data["seqs"][i], data["plens"][i])
+        key = keys[i]
         if key in seen:
             continue
         seen.add(key)
