@@ -388,6 +388,30 @@ fn draft_model_sampling_is_exact_with_a_measured_draft_count() {
     );
 }
 
+/// Seeded sampling's default count for DFlash/DSpark: a budget on the CPU's prior round costs
+/// (`DraftBudget::with_prior_cost`), whose counts follow acceptance alone. The aligned DSpark
+/// drafter is accepted often enough that rounds with drafts and plain steps both occur (most are
+/// plain at this prior, so the floor on accepted drafts per round is low); the samples must
+/// stay exact across the mix.
+#[test]
+fn dspark_sampling_is_exact_with_a_prior_draft_count() {
+    let (t, mut d) = dspark_case();
+    let mut budget = DraftBudget::with_prior_cost(d.block_len(), 0.35);
+    check(
+        "dspark, prior draft count",
+        &t,
+        &mut d,
+        0.03,
+        Some(&mut budget),
+    );
+    let used = budget.rounds_by_count();
+    eprintln!("rounds by draft count: {used:?}");
+    assert!(
+        used[0] > 1000 && used[1..].iter().sum::<u64>() > 1000,
+        "plain and drafting rounds should both occur: {used:?}"
+    );
+}
+
 /// The DSpark case: a squeezed target and an aligned block-5 DSpark drafter that accepts often.
 fn dspark_case() -> (Transformer<CandleBackend>, DSpark<CandleBackend>) {
     let s = spec();

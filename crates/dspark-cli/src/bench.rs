@@ -452,16 +452,20 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
     Ok(())
 }
 
-/// What bounded the drafts per round: a configured count, the drafter's full block, or the
-/// measured cost-aware choice (`"auto"`, DFlash/DSpark's default where it applies).
+/// What bounded the drafts per round: a configured count, the drafter's full block, the
+/// measured cost-aware choice (`"auto"`, the default where the count may follow the clock), or
+/// the per-request choice on prior costs (`"prior"`, DFlash/DSpark's default elsewhere, e.g.
+/// seeded sampling).
 fn max_draft_label<B: LaunchBackend>(pipe: &Pipeline<B>, a: &BenchArgs) -> serde_json::Value {
-    use dspark_engine::spec::policy::{chooses_draft_count, count_may_vary};
+    use dspark_engine::spec::policy::{count_rule, CountRule};
     let rows_invariant = pipe.target.model.backend().rows_batch_invariant();
-    if chooses_draft_count(pipe.mode, pipe.spec.max_draft)
-        && count_may_vary(&bench_sampling(a, 0), rows_invariant)
-    {
-        json!("auto")
-    } else if pipe.spec.max_draft == usize::MAX {
+    let sampling = bench_sampling(a, 0);
+    match count_rule(pipe.mode, pipe.spec.max_draft, &sampling, rows_invariant) {
+        CountRule::Measured => return json!("auto"),
+        CountRule::Prior => return json!("prior"),
+        CountRule::Fixed => {}
+    }
+    if pipe.spec.max_draft == usize::MAX {
         json!("block")
     } else {
         json!(pipe.spec.max_draft)

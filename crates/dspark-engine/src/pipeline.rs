@@ -13,7 +13,7 @@ use crate::model::open_checkpoint;
 use crate::model::transformer::Transformer;
 use crate::prefix_cache::{PrefixCache, PrefixCacheConfig, PrefixCacheInfo};
 use crate::spec::draft_budget::DraftBudget;
-use crate::spec::policy::DraftLen;
+use crate::spec::policy::{CountRule, DraftLen};
 use crate::spec::{decode, Drafter, DrafterState, Mode, SpecParams};
 
 pub struct Pipeline<B: Backend> {
@@ -214,16 +214,27 @@ impl<B: Backend> Pipeline<B> {
                 d.put_state(dstate);
             }
         }
-        let auto = crate::spec::policy::chooses_draft_count(self.mode, self.spec.max_draft)
-            && crate::spec::policy::count_may_vary(
-                &params.sampling,
-                self.target.model.backend().rows_batch_invariant(),
-            );
+        let backend = self.target.model.backend();
+        let rule = crate::spec::policy::count_rule(
+            self.mode,
+            self.spec.max_draft,
+            &params.sampling,
+            backend.rows_batch_invariant(),
+        );
+        let row_cost = backend.spec_row_cost();
+        // a prior budget belongs to this request alone: its rounds depend on the request (and
+        // seed) only
+        let mut own: Option<DraftBudget> = None;
         let r = match (&mut self.drafter, self.mode) {
             (Some(d), m) if m != Mode::Baseline => {
                 let budget = match &mut self.budget {
-                    Some(b) if auto && b.block() == d.block_len() => Some(b),
-                    slot if auto => Some(slot.insert(DraftBudget::new(d.block_len()))),
+                    Some(b) if rule == CountRule::Measured && b.block() == d.block_len() => Some(b),
+                    slot if rule == CountRule::Measured => {
+                        Some(slot.insert(DraftBudget::new(d.block_len())))
+                    }
+                    _ if rule == CountRule::Prior => {
+                        Some(own.insert(DraftBudget::with_prior_cost(d.block_len(), row_cost)))
+                    }
                     _ => None,
                 };
                 decode::generate_with(

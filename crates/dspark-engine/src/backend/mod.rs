@@ -315,6 +315,14 @@ pub trait Backend: Clone + Send + 'static {
     fn rows_batch_invariant(&self) -> bool {
         false
     }
+    /// A fixed prior for what one more row of a speculative round costs (a drafted row and
+    /// its verify row together), as a fraction of a target decode step. Used only where the
+    /// draft count may not follow measured time (seeded sampling), so that the count is a
+    /// function of the request alone. On an accelerator extra rows are nearly free; on a CPU
+    /// the few-row kernels are compute-bound and each row costs a good part of a step.
+    fn spec_row_cost(&self) -> f64 {
+        0.05
+    }
     /// The `k` largest values along the last axis and their indices, descending.
     fn topk_last(&self, x: &Self::Tensor, k: usize) -> BResult<(Self::Tensor, Self::Tensor)>;
 

@@ -69,6 +69,8 @@ impl TokenSink for Vec<u32> {
 pub struct GenStats {
     /// Tokens committed per round (accepted drafts + 1).
     pub accept_lengths: Vec<usize>,
+    /// Drafts verified per speculative round (0: a plain target step); empty for the baseline.
+    pub drafts_per_round: Vec<usize>,
     pub target_forwards: usize,
     pub prompt_tokens: usize,
     /// Prompt tokens taken from a cache instead of being prefilled.

@@ -148,6 +148,7 @@ pub fn generate_with<B: Backend>(
             };
             stats.draft_secs += td.elapsed().as_secs_f64();
             let drafts = proposal.tokens;
+            stats.drafts_per_round.push(drafts.len());
 
             // verify: one target forward over [pending, d1..dm]
             let tv = Instant::now();

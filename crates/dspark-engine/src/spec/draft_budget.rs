@@ -17,6 +17,11 @@
 //! times), never on the round being drafted, so greedy output is the target's whatever the
 //! count, and speculative sampling stays an exact sample (the acceptance rule is exact for any
 //! draft length fixed before drafting).
+//!
+//! Where the output may not depend on timing (a seeded sampled request must draw the same
+//! tokens on every run), [`DraftBudget::with_prior_cost`] makes a budget for one request whose
+//! round costs come from a fixed per-backend prior instead of the clock: its counts follow the
+//! request's own acceptance alone, so the same request and seed give the same rounds.
 
 /// Draft counts every budget tries once before it trusts its estimates (capped at the block).
 const WARM_UP: [usize; 8] = [1, 2, 3, 4, usize::MAX, 0, 0, 0];
@@ -59,8 +64,31 @@ pub struct DraftBudget {
     rounds: u64,
     /// Plain steps observed in a row up to the last round.
     plain_streak: u32,
-    /// Tests: round costs from this function instead of the clock (deterministic choices).
-    synthetic: Option<fn(usize) -> f64>,
+    /// Costs come from a prior ([`DraftBudget::with_prior_cost`]): no warm-up, and no plain
+    /// steps run only to time them.
+    costs_known: bool,
+    /// Round costs from a fixed rule instead of the clock (deterministic choices).
+    synthetic: Option<RoundCost>,
+}
+
+/// A fixed rule for a round's cost by drafts verified, in any unit (a plain step's cost is
+/// what the others are compared with).
+#[derive(Clone, Copy, Debug)]
+enum RoundCost {
+    Fn(fn(usize) -> f64),
+    /// `1 + row * (k + 1)` for k drafts (the draft rows and their verify rows together), 1 for a
+    /// plain step.
+    PerRow(f64),
+}
+
+impl RoundCost {
+    fn of(self, k: usize) -> f64 {
+        match self {
+            RoundCost::Fn(f) => f(k),
+            RoundCost::PerRow(_) if k == 0 => 1.0,
+            RoundCost::PerRow(row) => 1.0 + row * (k + 1) as f64,
+        }
+    }
 }
 
 impl DraftBudget {
@@ -76,6 +104,7 @@ impl DraftBudget {
             rounds: 0,
             plain_streak: 0,
             synthetic: None,
+            costs_known: false,
         }
     }
 
@@ -83,9 +112,31 @@ impl DraftBudget {
     /// choices are a function of acceptance alone (reproducible tests).
     pub fn with_synthetic_cost(block: usize, cost: fn(usize) -> f64) -> Self {
         DraftBudget {
-            synthetic: Some(cost),
+            synthetic: Some(RoundCost::Fn(cost)),
             ..DraftBudget::new(block)
         }
+    }
+
+    /// A budget for one request whose output may not depend on timing: a round with k drafts
+    /// is taken to cost `1 + row_cost * (k + 1)` plain steps (`Backend::spec_row_cost`), so
+    /// its choices follow this request's acceptance alone. It starts from its best guess
+    /// instead of the warm-up's visits (which measure costs a prior does not need), and
+    /// still explores a neighbour every [`EXPLORE_EVERY`] rounds to learn acceptance.
+    pub fn with_prior_cost(block: usize, row_cost: f64) -> Self {
+        let row = if row_cost.is_finite() {
+            row_cost.max(0.0)
+        } else {
+            1.0
+        };
+        let mut b = DraftBudget {
+            synthetic: Some(RoundCost::PerRow(row)),
+            ..DraftBudget::new(block)
+        };
+        for k in 0..=b.block {
+            b.cost[k] = Some(RoundCost::PerRow(row).of(k));
+        }
+        b.costs_known = true;
+        b
     }
 
     /// The block this budget was made for.
@@ -98,17 +149,17 @@ impl DraftBudget {
     pub fn choose(&self, cap: usize) -> usize {
         let cap = cap.clamp(1, self.block);
         let r = self.rounds as usize;
-        if r < WARM_UP.len() {
+        if r < WARM_UP.len() && !self.costs_known {
             return WARM_UP[r].min(cap);
         }
-        if (1..PLAIN_RUN).contains(&self.plain_streak) {
+        if (1..PLAIN_RUN).contains(&self.plain_streak) && !self.costs_known {
             return 0;
         }
         let best = self.best(cap);
         let exploration = self.rounds / EXPLORE_EVERY;
         if !self.rounds.is_multiple_of(EXPLORE_EVERY) {
             best
-        } else if best >= 2 && exploration.is_multiple_of(PLAIN_EVERY) {
+        } else if best >= 2 && exploration.is_multiple_of(PLAIN_EVERY) && !self.costs_known {
             0
         } else if exploration % 2 == 1 || best == 0 {
             (best + 1).min(cap)
@@ -133,7 +184,7 @@ impl DraftBudget {
             *a += 1.0;
         }
         let secs = match self.synthetic {
-            Some(f) => f(drafted),
+            Some(rule) => rule.of(drafted),
             None => secs,
         };
         // the first plain step after drafting pays for the switch: not a steady step's cost
@@ -159,10 +210,16 @@ impl DraftBudget {
         &self.by_count
     }
 
-    /// Estimated probability that draft `i` is accepted given that every earlier one was
-    /// (Laplace's rule on the counts; 1/2 where nothing was seen yet).
+    /// Estimated probability that draft `i` is accepted given that every earlier one was:
+    /// the counts with two pseudo-rounds at the previous position's estimate (1/2 for the
+    /// first), so a position seldom tried is taken to be about as good as the one before it
+    /// (deep acceptance is learned in a few rounds, not one neighbour at a time).
     pub fn accept_rate(&self, i: usize) -> f64 {
-        (self.accepted[i] + 1.0) / (self.tried[i] + 2.0)
+        let mut rate = 0.5;
+        for j in 0..=i.min(self.block - 1) {
+            rate = (self.accepted[j] + 2.0 * rate) / (self.tried[j] + 2.0);
+        }
+        rate
     }
 
     /// Expected tokens a round with `k` drafts commits (accepted drafts + 1).
@@ -438,6 +495,50 @@ mod tests {
         let a = run();
         assert_eq!(a, run());
         assert!(a.iter().all(|&k| k <= 7));
+    }
+
+    #[test]
+    fn prior_costs_choose_by_the_requests_acceptance_alone() {
+        // CPU-like prior: a round with k drafts costs 1 + 0.35 (k + 1) steps. Drafts accepted
+        // 60% of the time do not pay: plain steps, with one draft every 8th round to learn
+        let mut b = DraftBudget::with_prior_cost(7, 0.35);
+        assert_eq!(b.round_cost(0), Some(1.0));
+        assert!((b.round_cost(2).unwrap() - 2.05).abs() < 1e-12);
+        let mut ks = vec![];
+        let mut wall = 0.0;
+        for r in 0..64 {
+            let k = b.choose(usize::MAX);
+            ks.push(k);
+            // the clock is ignored: any times give the same choices
+            wall += 0.37 * r as f64;
+            b.observe(k, usize::from(r % 5 < 3).min(k), wall);
+        }
+        assert_eq!(ks.iter().filter(|&&k| k == 0).count(), 56, "{ks:?}");
+        assert!(ks.iter().all(|&k| k <= 1), "{ks:?}");
+        // drafts accepted 95% of the time pay even there
+        let mut b = DraftBudget::with_prior_cost(7, 0.35);
+        drive(&mut b, 200, &[0.95; 7], |_| 9.0);
+        assert!(b.best(7) >= 4, "{:?}", b.rounds_by_count());
+        // GPU-like prior: drafting from the first round on (4 drafts while every acceptance is
+        // the prior's 1/2), then the full block once drafts are seen accepted deep
+        let mut b = DraftBudget::with_prior_cost(15, 0.023);
+        assert_eq!(b.best(15), 4);
+        drive(&mut b, 200, &[0.9; 15], |_| 9.0);
+        assert_eq!(b.best(15), 15, "{:?}", b.rounds_by_count());
+        // the same request gives the same counts whatever the clock said
+        let run = |t: f64| {
+            let mut b = DraftBudget::with_prior_cost(7, 0.35);
+            (0..100)
+                .map(|r| {
+                    let k = b.choose(7);
+                    b.observe(k, (r * 3 % 4).min(k), t * r as f64);
+                    k
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(0.001), run(5.0));
+        // a nonsense prior is a dear one, never a free one
+        assert_eq!(DraftBudget::with_prior_cost(7, f64::NAN).best(7), 0);
     }
 
     #[test]

@@ -143,13 +143,47 @@ pub fn chooses_draft_count(mode: Mode, max_draft: usize) -> bool {
 
 /// Whether a request's output stays the same when its draft count follows measured costs
 /// (which differ from run to run): greedy decoding on batch-invariant kernels (a verify row
-/// then has a decode step's bits), and sampling without a seed. A seeded sampled request keeps
-/// the fixed count, so that the same seed gives the same tokens whatever ran before it.
+/// then has a decode step's bits), and sampling without a seed. Elsewhere the pipeline gives
+/// DFlash/DSpark a budget of the request's own on prior costs
+/// (`DraftBudget::with_prior_cost`), so that the same seed gives the same tokens whatever ran
+/// before it; a draft model keeps its per-sequence adaptive length.
 pub fn count_may_vary(sampling: &SamplingParams, rows_batch_invariant: bool) -> bool {
     if sampling.is_greedy() {
         rows_batch_invariant
     } else {
         sampling.seed.is_none()
+    }
+}
+
+/// How a request's rounds get their draft counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CountRule {
+    /// The configured count (or the drafter's own length) every round.
+    Fixed,
+    /// Measured acceptance and round times, in a budget kept across requests.
+    Measured,
+    /// A budget of this request alone on the backend's prior round cost.
+    Prior,
+}
+
+/// The [`CountRule`] of a request: measured where the count may follow the clock
+/// ([`count_may_vary`]), else a prior budget for the parallel drafters, whose rounds cost one
+/// pass whatever their count (a draft model's drafts each cost a step, which the prior omits:
+/// it keeps its per-sequence adaptive length); fixed where a count is configured.
+pub fn count_rule(
+    mode: Mode,
+    max_draft: usize,
+    sampling: &SamplingParams,
+    rows_batch_invariant: bool,
+) -> CountRule {
+    if !chooses_draft_count(mode, max_draft) {
+        CountRule::Fixed
+    } else if count_may_vary(sampling, rows_batch_invariant) {
+        CountRule::Measured
+    } else if matches!(mode, Mode::Dspark | Mode::Dflash) {
+        CountRule::Prior
+    } else {
+        CountRule::Fixed
     }
 }
 
@@ -306,6 +340,34 @@ mod tests {
         assert!(!count_may_vary(&SamplingParams::greedy(), false));
         assert!(!count_may_vary(&seeded, true));
         assert!(count_may_vary(&unseeded, false));
+        let any = usize::MAX;
+        let greedy = SamplingParams::greedy();
+        assert_eq!(
+            count_rule(Mode::Dflash, any, &greedy, true),
+            CountRule::Measured
+        );
+        assert_eq!(
+            count_rule(Mode::Dflash, any, &seeded, true),
+            CountRule::Prior
+        );
+        assert_eq!(
+            count_rule(Mode::Dspark, any, &greedy, false),
+            CountRule::Prior
+        );
+        assert_eq!(
+            count_rule(Mode::Dspark, any, &unseeded, false),
+            CountRule::Measured
+        );
+        assert_eq!(
+            count_rule(Mode::Draft, any, &seeded, true),
+            CountRule::Fixed
+        );
+        assert_eq!(
+            count_rule(Mode::Draft, any, &greedy, true),
+            CountRule::Measured
+        );
+        assert_eq!(count_rule(Mode::Dflash, 3, &seeded, true), CountRule::Fixed);
+        assert_eq!(count_rule(Mode::Dflash, 3, &greedy, true), CountRule::Fixed);
         assert_eq!(draft_len(Mode::Dflash, None), DraftLen::Fixed(16));
         assert_eq!(drafter_block(Mode::Dspark, Some(3)), 16);
         let p = spec_params(Mode::Dspark, Some(3), f32::NAN);
