@@ -8,7 +8,8 @@
 //!   both greedy runs agree;
 //! - the mean accept length on the fixed first 10 prompts stays above a floor of 0.9x the value
 //!   measured when the drafters were shipped (DFlash b16 and b8 1.726 since the fifth training
-//!   run, DSpark 1.599, at 40 tokens; dspark's rounds equal the evaluator's on all 10).
+//!   run, DSpark 1.834 since the sixth, at 40 tokens; dspark's rounds equal the evaluator's on
+//!   all 10).
 
 use std::path::PathBuf;
 
@@ -132,7 +133,7 @@ fn trained_drafters_equal_baseline_and_match_the_evaluator() {
         Case {
             drafter: "smollm2-135m-dspark-b7",
             mode: Mode::Dspark,
-            floor: 1.43,
+            floor: 1.65,
         },
     ];
     for case in cases {
