@@ -337,6 +337,20 @@ fn check(
     }
 }
 
+/// [`check`] with a draft-count budget; returns its rounds by draft count.
+fn check_counted(
+    name: &str,
+    t: &Transformer<CandleBackend>,
+    d: &mut dyn Drafter<CandleBackend>,
+    floor: f64,
+    mut budget: DraftBudget,
+) -> Vec<u64> {
+    check(name, t, d, floor, Some(&mut budget));
+    let used = budget.rounds_by_count().to_vec();
+    eprintln!("{name}: rounds by draft count: {used:?}");
+    used
+}
+
 /// The draft-model case: the target and a perturbed copy of it drafting with length `len`.
 fn draft_model_case(
     len: impl Into<dspark_engine::spec::policy::DraftLen>,
@@ -372,16 +386,14 @@ fn draft_model_sampling_is_exact_with_a_measured_draft_count() {
             2.5 + 0.5 * k as f64
         }
     }
-    let mut budget = DraftBudget::with_synthetic_cost(d.block_len(), plain_step_pays);
-    check(
+    let budget = DraftBudget::with_synthetic_cost(d.block_len(), plain_step_pays);
+    let used = check_counted(
         "draft-model, measured draft count",
         &t,
         &mut d,
         0.03,
-        Some(&mut budget),
+        budget,
     );
-    let used = budget.rounds_by_count();
-    eprintln!("rounds by draft count: {used:?}");
     assert!(
         used[0] > 100_000 && used[1] > 10_000,
         "plain and drafting rounds should both occur: {used:?}"
@@ -396,16 +408,8 @@ fn draft_model_sampling_is_exact_with_a_measured_draft_count() {
 #[test]
 fn dspark_sampling_is_exact_with_a_prior_draft_count() {
     let (t, mut d) = dspark_case();
-    let mut budget = DraftBudget::with_prior_cost(d.block_len(), 0.35);
-    check(
-        "dspark, prior draft count",
-        &t,
-        &mut d,
-        0.03,
-        Some(&mut budget),
-    );
-    let used = budget.rounds_by_count();
-    eprintln!("rounds by draft count: {used:?}");
+    let budget = DraftBudget::with_prior_cost(d.block_len(), 0.35);
+    let used = check_counted("dspark, prior draft count", &t, &mut d, 0.03, budget);
     assert!(
         used[0] > 1000 && used[1..].iter().sum::<u64>() > 1000,
         "plain and drafting rounds should both occur: {used:?}"
@@ -464,16 +468,8 @@ fn dflash_sampling_is_exact() {
 #[test]
 fn dspark_sampling_is_exact_with_a_measured_draft_count() {
     let (t, mut d) = dspark_case();
-    let mut budget = DraftBudget::with_synthetic_cost(d.block_len(), |k| 1.0 + 0.2 * k as f64);
-    check(
-        "dspark, measured draft count",
-        &t,
-        &mut d,
-        0.2,
-        Some(&mut budget),
-    );
-    let used = budget.rounds_by_count();
-    eprintln!("rounds by draft count: {used:?}");
+    let budget = DraftBudget::with_synthetic_cost(d.block_len(), |k| 1.0 + 0.2 * k as f64);
+    let used = check_counted("dspark, measured draft count", &t, &mut d, 0.2, budget);
     let distinct = used.iter().filter(|&&n| n > 1000).count();
     assert!(
         distinct >= 3 && used[0] > 1000,

@@ -340,34 +340,22 @@ mod tests {
         assert!(!count_may_vary(&SamplingParams::greedy(), false));
         assert!(!count_may_vary(&seeded, true));
         assert!(count_may_vary(&unseeded, false));
-        let any = usize::MAX;
         let greedy = SamplingParams::greedy();
-        assert_eq!(
-            count_rule(Mode::Dflash, any, &greedy, true),
-            CountRule::Measured
-        );
-        assert_eq!(
-            count_rule(Mode::Dflash, any, &seeded, true),
-            CountRule::Prior
-        );
-        assert_eq!(
-            count_rule(Mode::Dspark, any, &greedy, false),
-            CountRule::Prior
-        );
-        assert_eq!(
-            count_rule(Mode::Dspark, any, &unseeded, false),
-            CountRule::Measured
-        );
-        assert_eq!(
-            count_rule(Mode::Draft, any, &seeded, true),
-            CountRule::Fixed
-        );
-        assert_eq!(
-            count_rule(Mode::Draft, any, &greedy, true),
-            CountRule::Measured
-        );
-        assert_eq!(count_rule(Mode::Dflash, 3, &seeded, true), CountRule::Fixed);
-        assert_eq!(count_rule(Mode::Dflash, 3, &greedy, true), CountRule::Fixed);
+        use CountRule::{Fixed, Measured, Prior};
+        // (mode, configured count, sampling, batch-invariant rows) -> rule
+        let cases = [
+            (Mode::Dflash, usize::MAX, &greedy, true, Measured),
+            (Mode::Dflash, usize::MAX, &seeded, true, Prior),
+            (Mode::Dspark, usize::MAX, &greedy, false, Prior),
+            (Mode::Dspark, usize::MAX, &unseeded, false, Measured),
+            (Mode::Draft, usize::MAX, &seeded, true, Fixed),
+            (Mode::Draft, usize::MAX, &greedy, true, Measured),
+            (Mode::Dflash, 3, &seeded, true, Fixed),
+            (Mode::Dflash, 3, &greedy, true, Fixed),
+        ];
+        for (mode, max, sampling, invariant, rule) in cases {
+            assert_eq!(count_rule(mode, max, sampling, invariant), rule, "{mode:?}");
+        }
         assert_eq!(draft_len(Mode::Dflash, None), DraftLen::Fixed(16));
         assert_eq!(drafter_block(Mode::Dspark, Some(3)), 16);
         let p = spec_params(Mode::Dspark, Some(3), f32::NAN);
