@@ -7,7 +7,9 @@
 // next GEMM's weights in the latency-bound gaps were slower, session 11; an L2 prefetch of each
 // GEMM's first weight bytes before the PDL wait was slower too, at 1-4 KB per row: docs/cuda.md,
 // fifth slice.) It answers how much of the step is launch gaps and
-// tails, and checks that every way gives the same bits (the argmax ids and the last hidden row).
+// tails, and checks that every way gives the same bits as the first (the argmax ids and the last
+// normed row). Session 25 added the attention's ways: its K/V loads before the PDL wait
+// ("attn_pre") and no attention at all ("noattn", the bound).
 // Built by scripts/bench/cuda-kernel-bench.sh (beside cuda_kernel_bench); run on the GPU machine
 // with no arguments; JSON lines on stdout.
 //
@@ -45,6 +47,10 @@ static bool g_pre = true;
 // ways "*_nonorm": the layers' two add + RMSNorm launches left out (wrong bits: an upper bound
 // on what fusing them into the GEMMs could save)
 static bool g_nonorm = false;
+// the attention: 0 attn_mma + attn_combine, 1 attn_mma_pre + attn_combine (the K/V rows below
+// the new one loaded before the PDL wait; the engine takes it up to 8 splits), 3 none ("noattn":
+// wrong bits, the bound of what a faster attention can save)
+static int g_attn = 0;
 
 // rows of [gate; up] interleaved: il[2j] = gate row j, il[2j + 1] = up row j
 __global__ void interleave_rows(const bf* gu, bf* il, int i, int h) {
@@ -123,8 +129,11 @@ static void step(std::vector<Layer>& ls, bf* fnorm, bf* head, bf* cosb, bf* sinb
         a.hq = HQ; a.hkv = HKV; a.lq = m; a.lk = pos + m; a.d = D; a.kind = 1; a.off = pos; a.window = 0;
         a.splits = (a.lk + SPLIT - 1) / SPLIT; a.vec = 1; a.scale = 0.088388f;
         const int tiles = (m * (HQ / HKV) + 15) / 16;
-        go(attn_mma_bf16_d128, dim3(a.splits, HKV, tiles), dim3(128), true, (const bf*)b.q, (const bf*)w.kc, (const bf*)w.vc, b.scratch, a);
-        go(attn_combine_bf16, dim3(HQ, m), dim3(128), true, (const float*)b.scratch, b.att, a);
+        if (g_attn < 2) {
+            go(g_attn == 1 ? attn_mma_pre_bf16_d128 : attn_mma_bf16_d128, dim3(a.splits, HKV, tiles), dim3(128), true,
+               (const bf*)b.q, (const bf*)w.kc, (const bf*)w.vc, b.scratch, a);
+            go(attn_combine_bf16, dim3(HQ, m), dim3(128), true, (const float*)b.scratch, b.att, a);
+        }
         gemm(b.att, w.o, b.ob, m, H, H);
         if (!g_nonorm) {
             go(add_rms_norm_bf16, dim3(m), dim3(512), true, (const bf*)b.x, (const bf*)b.ob, (const bf*)w.n_post, b.sum, b.y, na);
@@ -191,16 +200,16 @@ int main() {
     printf("{\"weights_gb_per_step\": %.3f}\n", wbytes / 1e9);
 
     struct Way { const char* name; bool pdl; bool graph; bool qkv1 = false; bool glu = false;
-                 bool pre = true; bool nonorm = false; };
-    // the engine today: pdl_qkv1_glu (with PRE GEMMs); two ways run twice, interleaved, against
-    // drift
-    const Way ways[] = {{"plain_nopre", false, false, false, false, false},
-                        {"pdl_qkv1_glu_nopre", true, false, true, true, false},
-                        {"pdl_qkv1_glu", true, false, true, true},
-                        {"graph_pdl_qkv1_glu_nopre", true, true, true, true, false},
+                 bool pre = true; bool nonorm = false; int attn = 0; };
+    // the engine: pdl_qkv1_glu (with PRE GEMMs), and pdl_attn_pre up to 8 key splits; first and
+    // last, against drift
+    const Way ways[] = {{"pdl_qkv1_glu", true, false, true, true},
+                        {"pdl_attn_pre", true, false, true, true, true, false, 1},
                         {"graph_pdl_qkv1_glu", true, true, true, true},
-                        {"pdl_qkv1_glu_nonorm", true, false, true, true, true, true},
-                        {"pdl_qkv1_glu_nopre", true, false, true, true, false},
+                        {"graph_pdl_attn_pre", true, true, true, true, true, false, 1},
+                        {"pdl_nonorm", true, false, true, true, true, true},
+                        {"pdl_noattn", true, false, true, true, true, false, 3},
+                        {"pdl_attn_pre", true, false, true, true, true, false, 1},
                         {"pdl_qkv1_glu", true, false, true, true}};
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
@@ -214,6 +223,7 @@ int main() {
                 g_glu = w.glu;
                 g_pre = w.pre;
                 g_nonorm = w.nonorm;
+                g_attn = w.attn;
                 auto reset = [&] {
                     CK(cudaMemcpyAsync(b.x, x0, (long)M * H * 2, cudaMemcpyDeviceToDevice, g_s));
                     CK(cudaMemcpyAsync(b.delta, d0, (long)M * H * 2, cudaMemcpyDeviceToDevice, g_s));
@@ -260,7 +270,7 @@ int main() {
                 }
                 CK(cudaGetLastError());
                 printf("{\"way\": \"%s\", \"context\": %d, \"rows\": %d, \"ms_per_step\": %.3f, \"weights_gbs\": %.0f, "
-                       "\"same_bits_as_plain\": %s}\n",
+                       "\"same_bits_as_first\": %s}\n",
                        w.name, ctx, m, best, wbytes / best / 1e6, same ? "true" : "false");
                 if (exec) CK(cudaGraphExecDestroy(exec));
             }

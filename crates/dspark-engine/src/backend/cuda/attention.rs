@@ -17,6 +17,13 @@ use crate::backend::AttnMask;
 /// sees.
 const SPLIT: usize = 128;
 
+/// Up to this many key splits the bf16 tensor-core attention loads its K/V rows below the new
+/// ones before the PDL wait (`attention_mma.cuh` PRE, the same bits). Measured in
+/// `scripts/bench/cuda_chain_bench.cu` (H200, 8B-shaped step, session 25): at 1024 context
+/// (8 splits) 5.013 -> 4.944 ms per step for 1 row and 5.565 -> 5.503 for 16; at 8192 (64
+/// splits) it was slower, 5.918 -> 6.134 and 8.259 -> 8.432.
+const PRE_SPLITS_MAX: usize = 8;
+
 /// Kernel arguments of the attention kernels (layout shared with `AttnArgs` in attention.cuh).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -201,7 +208,12 @@ impl CustomOp3 for CacheAttention {
             shared_mem_bytes: 0,
         };
         let split_fn = if mma {
-            func!(dev, &format!("attn_mma_bf16_d{d}"))?
+            let pre = if splits <= PRE_SPLITS_MAX && pre_enabled() {
+                "pre_"
+            } else {
+                ""
+            };
+            func!(dev, &format!("attn_mma_{pre}bf16_d{d}"))?
         } else {
             func!(dev, &format!("attn_split_{sfx}_l{}", d / 16))?
         };
@@ -248,4 +260,10 @@ impl CustomOp3 for CacheAttention {
 fn mma_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("DSPARK_CUDA_ATTN_MMA").map_or(true, |v| v != "0"))
+}
+
+/// `DSPARK_CUDA_ATTN_PRE=0` never takes the PRE kernels, for runs side by side.
+fn pre_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("DSPARK_CUDA_ATTN_PRE").map_or(true, |v| v != "0"))
 }

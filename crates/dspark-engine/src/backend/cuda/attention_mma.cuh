@@ -12,7 +12,20 @@
 // on its own query, the keys it sees and the split grid: invisible keys enter as p = 0 and keys
 // past lk as zero vectors, and MMA rows never mix, so a verify row is the decode step's bits.
 // Q, K and V rows must be 16-byte aligned (the host checks).
-template <int D>
+// PRE: the K and V rows below the first query's cache row (`off`) are loaded before the PDL
+// wait, V by cp.async into the stage and K into registers (all of a warp's in flight at once),
+// then the rest after it: the kernel just before (the attention inputs' cache write) writes
+// rows from `off` on, and every kernel before it has completed once that one passed its wait
+// (`pdl_enter`). The same values meet the same arithmetic, so the bits are those without PRE.
+// The host takes it for short contexts only (attention.rs says where it pays).
+// 16 bytes global -> shared, through L2 only (cp.async.cg); complete after cp_async_wait_all.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+template <int D, bool PRE>
 __device__ void attn_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                          const __nv_bfloat16* __restrict__ v, float* __restrict__ scratch,
                          AttnArgs a) {
@@ -30,6 +43,7 @@ __device__ void attn_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat1
         const long out = (((long)bi * a.lq + r / G) * a.hq + kvh * G + r % G) * a.splits + s;
         return scratch + out * (D + 2);
     };
+    if (!PRE) pdl_enter();
     const int s0 = s * SPLIT, s1 = s0 + SPLIT - 1;
     bool any = false;
     for (int r = tile * 16; r < r_end; ++r) {
@@ -38,6 +52,7 @@ __device__ void attn_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat1
         any = any || max(lo, s0) <= min(hi, s1);
     }
     if (!any) {  // no row of the tile sees a key of this split
+        if (PRE) pdl_enter();
         if (threadIdx.x < r_end - tile * 16) {
             float* d = dst(tile * 16 + threadIdx.x);
             d[0] = -INFINITY;
@@ -49,6 +64,38 @@ __device__ void attn_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat1
     int lo_a = 1, hi_a = 0, lo_b = 1, hi_b = 0;  // empty ranges for rows past R
     if (ra < R) visible(a, ra / G, lo_a, hi_a);
     if (rb < R) visible(a, rb / G, lo_b, hi_b);
+    const __nv_bfloat16* kbase = k + bi * a.k_b + kvh * a.k_h;
+    const __nv_bfloat16* vbase = v + bi * a.v_b + kvh * a.v_h;
+    const int w0 = s0 + warp * 32;
+    uint32_t* st = stage[warp];
+    // PRE: this warp's V rows into the stage (zeros past lk) and its K fragments into registers,
+    // the rows below `early` before the wait, then the rest
+    const int early = PRE ? max(0, min(a.off, a.lk)) : 0;
+    uint32_t kf[PRE ? 4 : 1][KC][4];
+    auto load_kv = [&](bool first) {
+#pragma unroll
+        for (int e = lane; e < 32 * D / 8; e += 32) {
+            const int kr = e / (D / 8), cc = e % (D / 8), key = w0 + kr;
+            if ((key < early) != first) continue;
+            uint32_t* sp = st + (kr * VS + cc * 8) / 2;
+            if (key < a.lk) cp_async16(sp, vbase + (long)key * a.v_r + cc * 8);
+            else *reinterpret_cast<uint4*>(sp) = make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+            const int key = w0 + 8 * nt + g;
+            if ((key < early) != first) continue;
+            const bool live = key < a.lk;
+            const __nv_bfloat16* kr = kbase + (long)(live ? key : 0) * a.k_r;
+#pragma unroll
+            for (int c = 0; c < KC; ++c) load8_bf16<false>(kr, c * 32 + 8 * t, D, true, live, kf[nt % (PRE ? 4 : 1)][c]);
+        }
+    };
+    if constexpr (PRE) {
+        load_kv(true);
+        pdl_enter();
+        load_kv(false);
+    }
     auto qrow = [&](int r) {
         return q + bi * a.q_b + (long)(kvh * G + r % G) * a.q_h + (long)(r / G) * a.q_r;
     };
@@ -58,17 +105,15 @@ __device__ void attn_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat1
         load8_bf16<false>(ra < R ? qrow(ra) : q, c * 32 + 8 * t, D, true, ra < R, qa[c]);
         load8_bf16<false>(rb < R ? qrow(rb) : q, c * 32 + 8 * t, D, true, rb < R, qb[c]);
     }
-    const __nv_bfloat16* kbase = k + bi * a.k_b + kvh * a.k_h;
-    const __nv_bfloat16* vbase = v + bi * a.v_b + kvh * a.v_h;
-    const int w0 = s0 + warp * 32;
-    // stage this warp's 32 V rows (zeros past lk) while the scores run
-    uint32_t* st = stage[warp];
+    if constexpr (!PRE) {
+        // stage this warp's 32 V rows (zeros past lk) while the scores run
 #pragma unroll 4
-    for (int e = lane; e < 32 * D / 8; e += 32) {
-        const int kr = e / (D / 8), cc = e % (D / 8), key = w0 + kr;
-        uint4 val = make_uint4(0u, 0u, 0u, 0u);
-        if (key < a.lk) val = *reinterpret_cast<const uint4*>(vbase + (long)key * a.v_r + cc * 8);
-        *reinterpret_cast<uint4*>(st + (kr * VS + cc * 8) / 2) = val;
+        for (int e = lane; e < 32 * D / 8; e += 32) {
+            const int kr = e / (D / 8), cc = e % (D / 8), key = w0 + kr;
+            uint4 val = make_uint4(0u, 0u, 0u, 0u);
+            if (key < a.lk) val = *reinterpret_cast<const uint4*>(vbase + (long)key * a.v_r + cc * 8);
+            *reinterpret_cast<uint4*>(st + (kr * VS + cc * 8) / 2) = val;
+        }
     }
     float sc[4][4];
 #pragma unroll
@@ -79,8 +124,9 @@ __device__ void attn_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat1
         const __nv_bfloat16* kr = kbase + (long)(live ? key : 0) * a.k_r;
 #pragma unroll
         for (int c = 0; c < KC; ++c) {
-            uint32_t kk[4];
-            load8_bf16<false>(kr, c * 32 + 8 * t, D, true, live, kk);
+            uint32_t kl[4];
+            if (!PRE) load8_bf16<false>(kr, c * 32 + 8 * t, D, true, live, kl);
+            const uint32_t* kk = PRE ? kf[nt % (PRE ? 4 : 1)][c] : kl;
             mma_bf16(sc[nt], qa[c][0], qb[c][0], qa[c][1], qb[c][1], kk[0], kk[1]);
             mma_bf16(sc[nt], qa[c][2], qb[c][2], qa[c][3], qb[c][3], kk[2], kk[3]);
         }
@@ -122,6 +168,7 @@ __device__ void attn_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat1
     la += __shfl_xor_sync(0xffffffffu, la, 2);
     lb += __shfl_xor_sync(0xffffffffu, lb, 1);
     lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+    if (PRE) cp_async_wait_all();
     __syncwarp();
     const unsigned short* vs = reinterpret_cast<const unsigned short*>(st);
     float o[DN][4];
@@ -175,13 +222,19 @@ __device__ void attn_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat1
     }
 }
 
+// attn_mma_bf16_d*: the kernel; attn_mma_pre_bf16_d*: the same with PRE.
 #define ATTN_MMA(D)                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                         \
         attn_mma_bf16_d##D(const __nv_bfloat16* q, const __nv_bfloat16* k,                    \
                            const __nv_bfloat16* v, float* scratch, AttnArgs a) {              \
         live_step(a);                                                                         \
-        pdl_enter();                                                                          \
-        attn_mma<D>(q, k, v, scratch, a);                                                     \
+        attn_mma<D, false>(q, k, v, scratch, a);                                              \
+    }                                                                                         \
+    extern "C" __global__ void __launch_bounds__(128)                                         \
+        attn_mma_pre_bf16_d##D(const __nv_bfloat16* q, const __nv_bfloat16* k,                \
+                               const __nv_bfloat16* v, float* scratch, AttnArgs a) {          \
+        live_step(a);                                                                         \
+        attn_mma<D, true>(q, k, v, scratch, a);                                               \
     }
 ATTN_MMA(64)
 ATTN_MMA(128)
