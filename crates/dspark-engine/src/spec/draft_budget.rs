@@ -64,9 +64,6 @@ pub struct DraftBudget {
     rounds: u64,
     /// Plain steps observed in a row up to the last round.
     plain_streak: u32,
-    /// Costs come from a prior ([`DraftBudget::with_prior_cost`]): no warm-up, and no plain
-    /// steps run only to time them.
-    costs_known: bool,
     /// Round costs from a fixed rule instead of the clock (deterministic choices).
     synthetic: Option<RoundCost>,
 }
@@ -104,7 +101,6 @@ impl DraftBudget {
             rounds: 0,
             plain_streak: 0,
             synthetic: None,
-            costs_known: false,
         }
     }
 
@@ -135,8 +131,13 @@ impl DraftBudget {
         for k in 0..=b.block {
             b.cost[k] = Some(RoundCost::PerRow(row).of(k));
         }
-        b.costs_known = true;
         b
+    }
+
+    /// Costs come from a prior ([`DraftBudget::with_prior_cost`]): no warm-up, and no plain
+    /// steps run only to time them.
+    fn costs_known(&self) -> bool {
+        matches!(self.synthetic, Some(RoundCost::PerRow(_)))
     }
 
     /// The block this budget was made for.
@@ -149,17 +150,17 @@ impl DraftBudget {
     pub fn choose(&self, cap: usize) -> usize {
         let cap = cap.clamp(1, self.block);
         let r = self.rounds as usize;
-        if r < WARM_UP.len() && !self.costs_known {
+        if r < WARM_UP.len() && !self.costs_known() {
             return WARM_UP[r].min(cap);
         }
-        if (1..PLAIN_RUN).contains(&self.plain_streak) && !self.costs_known {
+        if (1..PLAIN_RUN).contains(&self.plain_streak) && !self.costs_known() {
             return 0;
         }
         let best = self.best(cap);
         let exploration = self.rounds / EXPLORE_EVERY;
         if !self.rounds.is_multiple_of(EXPLORE_EVERY) {
             best
-        } else if best >= 2 && exploration.is_multiple_of(PLAIN_EVERY) && !self.costs_known {
+        } else if best >= 2 && exploration.is_multiple_of(PLAIN_EVERY) && !self.costs_known() {
             0
         } else if exploration % 2 == 1 || best == 0 {
             (best + 1).min(cap)
@@ -215,19 +216,26 @@ impl DraftBudget {
     /// first), so a position seldom tried is taken to be about as good as the one before it
     /// (deep acceptance is learned in a few rounds, not one neighbour at a time).
     pub fn accept_rate(&self, i: usize) -> f64 {
+        self.rates()
+            .nth(i.min(self.block - 1))
+            .expect("one rate per position")
+    }
+
+    /// [`DraftBudget::accept_rate`] of positions 0, 1, .. in turn, each built on the last.
+    fn rates(&self) -> impl Iterator<Item = f64> + '_ {
         let mut rate = 0.5;
-        for j in 0..=i.min(self.block - 1) {
-            rate = (self.accepted[j] + 2.0 * rate) / (self.tried[j] + 2.0);
-        }
-        rate
+        self.accepted.iter().zip(&self.tried).map(move |(a, t)| {
+            rate = (a + 2.0 * rate) / (t + 2.0);
+            rate
+        })
     }
 
     /// Expected tokens a round with `k` drafts commits (accepted drafts + 1).
     pub fn expected_tokens(&self, k: usize) -> f64 {
         let mut run = 1.0;
         let mut total = 1.0;
-        for i in 0..k.min(self.block) {
-            run *= self.accept_rate(i);
+        for rate in self.rates().take(k) {
+            run *= rate;
             total += run;
         }
         total
@@ -266,12 +274,13 @@ impl DraftBudget {
         let mut plain = f64::MIN;
         // expected_tokens(k), built up as k grows (the same sums in the same order)
         let (mut run, mut tokens) = (1.0, 1.0);
+        let mut rates = self.rates();
         for k in 0..=cap {
             let Some(c) = self.round_cost(k) else {
                 return cap;
             };
             if k > 0 {
-                run *= self.accept_rate(k - 1);
+                run *= rates.next().expect("cap is within the block");
                 tokens += run;
             }
             let score = tokens / c.max(1e-9);
