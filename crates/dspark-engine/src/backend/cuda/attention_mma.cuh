@@ -88,7 +88,7 @@ __device__ void attn_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat1
             const bool live = key < a.lk;
             const __nv_bfloat16* kr = kbase + (long)(live ? key : 0) * a.k_r;
 #pragma unroll
-            for (int c = 0; c < KC; ++c) load8_bf16<false>(kr, c * 32 + 8 * t, D, true, live, kf[nt % (PRE ? 4 : 1)][c]);
+            for (int c = 0; c < KC; ++c) load8_bf16<false>(kr, c * 32 + 8 * t, D, true, live, kf[PRE ? nt : 0][c]);
         }
     };
     if constexpr (PRE) {
@@ -126,7 +126,7 @@ __device__ void attn_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat1
         for (int c = 0; c < KC; ++c) {
             uint32_t kl[4];
             if (!PRE) load8_bf16<false>(kr, c * 32 + 8 * t, D, true, live, kl);
-            const uint32_t* kk = PRE ? kf[nt % (PRE ? 4 : 1)][c] : kl;
+            const uint32_t* kk = PRE ? kf[PRE ? nt : 0][c] : kl;
             mma_bf16(sc[nt], qa[c][0], qb[c][0], qa[c][1], qb[c][1], kk[0], kk[1]);
             mma_bf16(sc[nt], qa[c][2], qb[c][2], qa[c][3], qb[c][3], kk[2], kk[3]);
         }
