@@ -6,7 +6,7 @@
 # scripts/bench/make_qwen3_8b_random.py: baseline at 1024 and 8192 context, verify cost, oracle
 # forced-tau spec runs, a per-op profile; with --hf, HF transformers on the same checkpoint
 # (scripts/bench/hf_cuda_decode.py; needs no binaries).
-# Usage: scripts/run-cuda.sh [--no-tests] [--q8b] [--hf] [--profile] [--pdl|--qkv1|--glu|--pre] [--spec] [PACK]
+# Usage: scripts/run-cuda.sh [--no-tests] [--q8b] [--hf] [--profile] [--pdl|--qkv1|--glu|--pre|--cluster|--h2] [--spec] [PACK]
 #   --profile: only the per-op profile runs of --q8b (baseline and DFlash oracle rounds synced
 #            per op; then the baseline's host enqueue time per op)
 #   --verify: only the baseline and verify-cost runs of --q8b at 1024 and 8192 context
@@ -20,6 +20,11 @@
 #   --pre: the same with the GEMMs' first weights loaded before the PDL wait (the default) and
 #          without it (DSPARK_CUDA_PRE=0); the chain bench of the kernels before that change too
 #          (target/cuda/kbench/cuda_chain_bench_head, when carried)
+#   --cluster: the same with the tensor-core attention as clusters of its key splits that merge
+#          them (the default, up to 16 splits) and without (DSPARK_CUDA_ATTN_CLUSTER=0: split
+#          launch + combine launch), one call
+#   --h2: the same with the decode steps' 8-warp tensor-core attention (the default) and without
+#          (DSPARK_CUDA_ATTN_H2=0: 4 warps), one call
 #   --graphs: the same with the fixed-shape steps replayed as CUDA graphs (DSPARK_CUDA_GRAPHS=1)
 #          and without them (=0: every op launched by the host), plus both oracle runs (DFlash-
 #          and DSpark-shaped drafters at tau 2, 4, 6.5) each way
@@ -31,7 +36,7 @@
 # target/cuda/run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 VER=0 PDL=0 QKV1=0 GLU=0 PRE=0 GRAPHS=0 SPEC=0 PACK=target/cuda/carry/cuda-bins.tar.xz
+Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 VER=0 PDL=0 QKV1=0 GLU=0 PRE=0 GRAPHS=0 SPEC=0 CLU=0 H2=0 PACK=target/cuda/carry/cuda-bins.tar.xz
 for a in "$@"; do
   case $a in
     --q8b) Q8B=1 ;;
@@ -45,6 +50,8 @@ for a in "$@"; do
     --glu) GLU=1 ;;
     --pre) PRE=1 ;;
     --graphs) GRAPHS=1 ;;
+    --cluster) CLU=1 ;;
+    --h2) H2=1 ;;
     --spec) SPEC=1 ;;
     *) PACK=$a ;;
   esac
@@ -129,7 +136,7 @@ if [ $VER = 1 ]; then
   q $B --prompt-ids $M/prompt_ids.json --verify-cost 4,8,16 --out "$LOG/bench_verify_1024.json"
   q $B --prompt-ids $M/prompt_ids_8192.json --verify-cost 4,8,16 --out "$LOG/bench_verify_8192.json"
 fi
-if [ $PDL = 1 ] || [ $QKV1 = 1 ] || [ $GLU = 1 ] || [ $PRE = 1 ] || [ $GRAPHS = 1 ]; then
+if [ $PDL = 1 ] || [ $QKV1 = 1 ] || [ $GLU = 1 ] || [ $PRE = 1 ] || [ $GRAPHS = 1 ] || [ $CLU = 1 ] || [ $H2 = 1 ]; then
   checkpoint
   B="$BIN/dspark bench --model $M --device cuda --dtype bf16 --mem-bandwidth-gbs 4130 --mode baseline --max-tokens 128"
   q() { echo "== $*" >>"$LOG/q8b.txt"; ( time timeout 150 "$@" ) >>"$LOG/q8b.txt" 2>&1; tail -8 "$LOG/q8b.txt"; }
@@ -139,6 +146,8 @@ if [ $PDL = 1 ] || [ $QKV1 = 1 ] || [ $GLU = 1 ] || [ $PRE = 1 ] || [ $GRAPHS = 
   elif [ $QKV1 = 1 ]; then off=DSPARK_CUDA_QKV1 tag=qkv1
   elif [ $PRE = 1 ]; then off=DSPARK_CUDA_PRE tag=pre
   elif [ $GRAPHS = 1 ]; then off=DSPARK_CUDA_GRAPHS tag=graphs on=DSPARK_CUDA_GRAPHS=1
+  elif [ $CLU = 1 ]; then off=DSPARK_CUDA_ATTN_CLUSTER tag=cluster
+  elif [ $H2 = 1 ]; then off=DSPARK_CUDA_ATTN_H2 tag=h2
   else off=DSPARK_CUDA_GLU tag=glu; fi
   for c in 1024 8192; do
     ids=$M/prompt_ids.json; [ $c = 8192 ] && ids=$M/prompt_ids_8192.json

@@ -27,16 +27,33 @@ __global__ void fill_rand(bf* p, long n, unsigned seed, float scale) {
     }
 }
 
+// `cluster_x` > 1: thread-block clusters of that many blocks along x (as launch.rs `cluster`).
 template <typename... K, typename... A>
 static void launch_on(cudaStream_t s, bool pdl, void (*k)(K...), dim3 grid, dim3 block, A... args) {
+    launch_cl(s, pdl, 1, k, grid, block, args...);
+}
+template <typename... K, typename... A>
+static void launch_cl(cudaStream_t s, bool pdl, unsigned cluster_x, void (*k)(K...), dim3 grid, dim3 block,
+                      A... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute at[2];
+    int n = 0;
+    if (pdl) {
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n].val.programmaticStreamSerializationAllowed = 1;
+        ++n;
+    }
+    if (cluster_x > 1) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = cluster_x;
+        at[n].val.clusterDim.y = 1;
+        at[n].val.clusterDim.z = 1;
+        ++n;
+    }
     cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
+    cfg.numAttrs = n;
     CK(cudaLaunchKernelEx(&cfg, k, args...));
 }

@@ -9,7 +9,8 @@
 // fifth slice.) It answers how much of the step is launch gaps and
 // tails, and checks that every way gives the same bits as the first (the argmax ids and the last
 // normed row). Session 25 added the attention's ways: its K/V loads before the PDL wait
-// ("attn_pre") and no attention at all ("noattn", the bound).
+// ("attn_pre") and no attention at all ("noattn", the bound); session 26 the attention as
+// clusters of its splits that merge them without the combine launch ("attn_cl").
 // Built by scripts/bench/cuda-kernel-bench.sh (beside cuda_kernel_bench); run on the GPU machine
 // with no arguments; JSON lines on stdout.
 //
@@ -18,7 +19,19 @@
 // the engine: here a plain copy kernel without PDL, as candle launches it), attention on tensor
 // cores + split combine, o GEMM, add + RMSNorm, fused gate/up GEMM, SwiGLU, down GEMM. Then the
 // final add + norm, the LM head and the argmax.
+// -DKERNELS='"path"' builds the driver over another copy of the kernels (e.g. the last commit's,
+// for a side-by-side run); -DOLD_KERNELS: kernels from before the attention's output argument and
+// cluster kernels (session 26)
+#ifdef KERNELS
+#include KERNELS
+#else
 #include "../../crates/dspark-engine/src/backend/cuda/kernels.cu"
+#endif
+#ifdef OLD_KERNELS
+#define ATT_OUT(o)
+#else
+#define ATT_OUT(o) o,
+#endif
 #include "cuda_bench_util.cuh"
 
 #include <cstdio>
@@ -49,7 +62,10 @@ static bool g_pre = true;
 static bool g_nonorm = false;
 // the attention: 0 attn_mma + attn_combine, 1 attn_mma_pre + attn_combine (the K/V rows below
 // the new one loaded before the PDL wait; the engine takes it up to 8 splits), 3 none ("noattn":
-// wrong bits, the bound of what a faster attention can save)
+// wrong bits, the bound of what a faster attention can save), 2 attn_mma_pre_cl (the same as 1
+// up to 16 splits, launched as clusters of its splits that merge them: no combine launch; with
+// more splits, 0); 4 and 5: 1 and 2 with two warps per 32 keys, each its half of the dims
+// (*_h2 kernels; combine or clusters up to 16 splits)
 static int g_attn = 0;
 
 // rows of [gate; up] interleaved: il[2j] = gate row j, il[2j + 1] = up row j
@@ -129,9 +145,22 @@ static void step(std::vector<Layer>& ls, bf* fnorm, bf* head, bf* cosb, bf* sinb
         a.hq = HQ; a.hkv = HKV; a.lq = m; a.lk = pos + m; a.d = D; a.kind = 1; a.off = pos; a.window = 0;
         a.splits = (a.lk + SPLIT - 1) / SPLIT; a.vec = 1; a.scale = 0.088388f;
         const int tiles = (m * (HQ / HKV) + 15) / 16;
-        if (g_attn < 2) {
-            go(g_attn == 1 ? attn_mma_pre_bf16_d128 : attn_mma_bf16_d128, dim3(a.splits, HKV, tiles), dim3(128), true,
-               (const bf*)b.q, (const bf*)w.kc, (const bf*)w.vc, b.scratch, a);
+#ifndef OLD_KERNELS
+        if ((g_attn == 2 || g_attn == 5) && a.splits <= 16) {
+            launch_cl(g_s, g_pdl, a.splits, g_attn == 5 ? attn_mma_pre_cl_h2_bf16_d128 : attn_mma_pre_cl_bf16_d128,
+                      dim3(a.splits, HKV, tiles), dim3(g_attn == 5 ? 256 : 128),
+                      (const bf*)b.q, (const bf*)w.kc, (const bf*)w.vc, b.scratch, b.att, a);
+        } else if (g_attn == 4 || g_attn == 5) {
+            go(attn_mma_pre_h2_bf16_d128, dim3(a.splits, HKV, tiles), dim3(256), true,
+               (const bf*)b.q, (const bf*)w.kc, (const bf*)w.vc, b.scratch, b.att, a);
+            go(attn_combine_bf16, dim3(HQ, m), dim3(128), true, (const float*)b.scratch, b.att, a);
+        } else
+#endif
+        if (g_attn < 3) {
+            // the PRE kernel up to 8 splits, as the engine takes it
+            const bool pre = g_attn == 1;
+            go(pre ? attn_mma_pre_bf16_d128 : attn_mma_bf16_d128, dim3(a.splits, HKV, tiles), dim3(128), true,
+               (const bf*)b.q, (const bf*)w.kc, (const bf*)w.vc, b.scratch, ATT_OUT(b.att) a);
             go(attn_combine_bf16, dim3(HQ, m), dim3(128), true, (const float*)b.scratch, b.att, a);
         }
         gemm(b.att, w.o, b.ob, m, H, H);
@@ -159,6 +188,10 @@ int main() {
     printf("{\"device\": \"%s\", \"sms\": %d, \"l2_mb\": %.1f}\n", prop.name, prop.multiProcessorCount,
            prop.l2CacheSize / 1048576.0);
     CK(cudaStreamCreateWithFlags(&g_s, cudaStreamNonBlocking));
+#ifndef OLD_KERNELS
+    CK(cudaFuncSetAttribute(attn_mma_pre_cl_bf16_d128, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    CK(cudaFuncSetAttribute(attn_mma_pre_cl_h2_bf16_d128, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+#endif
     auto alloc = [](long n, unsigned seed, float scale) {
         bf* p;
         CK(cudaMalloc(&p, n * 2));
@@ -203,17 +236,21 @@ int main() {
                  bool pre = true; bool nonorm = false; int attn = 0; };
     // the engine: pdl_qkv1_glu (with PRE GEMMs), and pdl_attn_pre up to 8 key splits; first and
     // last, against drift
-    const Way ways[] = {{"pdl_qkv1_glu", true, false, true, true},
-                        {"pdl_attn_pre", true, false, true, true, true, false, 1},
-                        {"graph_pdl_qkv1_glu", true, true, true, true},
-                        {"graph_pdl_attn_pre", true, true, true, true, true, false, 1},
-                        {"pdl_nonorm", true, false, true, true, true, true},
+    const Way ways[] = {{"pdl_attn_pre", true, false, true, true, true, false, 1},
+                        {"pdl_attn_cl", true, false, true, true, true, false, 2},
+                        {"pdl_attn_pre_h2", true, false, true, true, true, false, 4},
+                        {"pdl_attn_cl_h2", true, false, true, true, true, false, 5},
+                        {"pdl_attn", true, false, true, true, true, false, 0},
+                        {"graph_pdl_attn_cl", true, true, true, true, true, false, 2},
+                        {"graph_pdl_attn_cl_h2", true, true, true, true, true, false, 5},
                         {"pdl_noattn", true, false, true, true, true, false, 3},
-                        {"pdl_attn_pre", true, false, true, true, true, false, 1},
-                        {"pdl_qkv1_glu", true, false, true, true}};
+                        {"pdl_attn_cl_h2", true, false, true, true, true, false, 5},
+                        {"pdl_attn_pre_h2", true, false, true, true, true, false, 4},
+                        {"pdl_attn_cl", true, false, true, true, true, false, 2},
+                        {"pdl_attn_pre", true, false, true, true, true, false, 1}};
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
-    for (int ctx : {1024, 8192})
+    for (int ctx : {1024, 2048, 8192})
         for (int m : {1, 16}) {
             std::vector<uint32_t> ref_ids;
             std::vector<unsigned short> ref_x;
@@ -269,9 +306,16 @@ int main() {
                     best = fminf(best, ms / 10.f);
                 }
                 CK(cudaGetLastError());
+                // FNV-1a of the ids and the normed row: the bits, comparable across binaries
+                unsigned long long hsh = 1469598103934665603ull;
+                auto mix = [&](const void* p, size_t n) {
+                    for (size_t i = 0; i < n; ++i) hsh = (hsh ^ ((const unsigned char*)p)[i]) * 1099511628211ull;
+                };
+                mix(ids.data(), ids.size() * 4);
+                mix(xs.data(), xs.size() * 2);
                 printf("{\"way\": \"%s\", \"context\": %d, \"rows\": %d, \"ms_per_step\": %.3f, \"weights_gbs\": %.0f, "
-                       "\"same_bits_as_first\": %s}\n",
-                       w.name, ctx, m, best, wbytes / best / 1e6, same ? "true" : "false");
+                       "\"same_bits_as_first\": %s, \"bits\": \"%016llx\"}\n",
+                       w.name, ctx, m, best, wbytes / best / 1e6, same ? "true" : "false", hsh);
                 if (exec) CK(cudaGraphExecDestroy(exec));
             }
         }

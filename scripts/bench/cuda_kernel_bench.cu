@@ -163,7 +163,7 @@ int main() {
     auto run_attn = [&](bool mma, const bf* qq, const bf* k, const bf* v, bf* out, AttnArgs a) {
         if (mma) {
             const int tiles = (a.lq * (HQ / HKV) + 15) / 16;
-            attn_mma_bf16_d128<<<dim3(a.splits, HKV, tiles), 128>>>(qq, k, v, scratch, a);
+            attn_mma_bf16_d128<<<dim3(a.splits, HKV, tiles), 128>>>(qq, k, v, scratch, out, a);
         } else {
             attn_split_bf16_l8<<<dim3(a.splits, HQ, a.lq), 128>>>(qq, k, v, scratch, a);
         }

@@ -120,6 +120,48 @@ fn cuda_verify_blocks_equal_decode_steps_bit_for_bit() {
     }
 }
 
+/// The same contract for the bf16 tensor-core attention (heads of 64 and 128, which the tiny
+/// fixtures' 16 do not reach), at contexts where its launch forms change: up to 16 key splits
+/// of 128 keys it runs as clusters that merge their splits themselves, past that as split
+/// blocks and a combine launch, and the K/V loads before the PDL wait depend on the split count
+/// and rows. A block that crosses 2048 keys (16 -> 17 splits) has rows of both forms, so its
+/// rows equal the decode steps only if both forms give the same bits.
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_tensor_core_attention_blocks_equal_decode_steps() {
+    use dspark_engine::backend::DType;
+    use dspark_engine::testing::{random_target, RandomSpec};
+    let b = CandleBackend::cuda(0)
+        .unwrap_or_else(|e| panic!("cuda:0: {e}"))
+        .with_dtype(DType::BF16);
+    for (k, head_dim) in [64usize, 128].into_iter().enumerate() {
+        let spec = RandomSpec {
+            hidden: 256,
+            intermediate: 256,
+            layers: 2,
+            heads: 8,
+            kv_heads: 2,
+            head_dim,
+            max_positions: 4096,
+            ..RandomSpec::tiny(512)
+        };
+        let (_, src) = random_target(&spec, 70 + k as u64);
+        let m = Transformer::load(&b, spec.config(), &src).unwrap();
+        for (p, l) in [
+            (1usize, 1usize),
+            (5, 8),
+            (120, 16),
+            (1020, 16),
+            (2040, 16),
+            (2100, 5),
+        ] {
+            let prompt = ids(p, spec.vocab, (p * 13 + l) as u64);
+            let block = ids(l, spec.vocab, (p * 5 + l * 7) as u64);
+            check(&b, &m, &format!("bf16 head {head_dim}"), &prompt, &block);
+        }
+    }
+}
+
 /// The device argmax the greedy loops use on CUDA picks what `sampling::argmax` picks on the
 /// host: the first index among ties, never a NaN, 0 for a row of -inf; in f32 and in bf16
 /// (where ties between nearby logits are common).

@@ -173,6 +173,13 @@ __device__ void attn_split(const T* __restrict__ q, const T* __restrict__ k,
 // same bits and was 7% of a 16-row verify step slower at 8192 context). A thread owns dims t and
 // t + blockDim (d <= 2 blockDim).
 #define COMB_CH 128
+// One split's terms of the combine: den += l f, num += v f, each one fused multiply-add (the one
+// formula of attn_combine and of the tensor-core attention's cluster merge, so both give the bits).
+__device__ __forceinline__ void combine_add(float& den, float& num, float l, float v, float f) {
+    den = fmaf(l, f, den);
+    num = fmaf(v, f, num);
+}
+
 template <typename T>
 __device__ void attn_combine(const float* __restrict__ scratch, T* __restrict__ o, AttnArgs a) {
     __shared__ float fm[COMB_CH], fl[COMB_CH], ff[COMB_CH], wmax[32];
@@ -211,10 +218,8 @@ __device__ void attn_combine(const float* __restrict__ scratch, T* __restrict__ 
             for (int u = 0; u < 8; ++u) {
                 const int j = j0 + u;
                 if (j >= cn || fm[j] == -INFINITY) continue;
-                const float f = ff[j];
-                den += fl[j] * f;
-                num0 += v0[u] * f;
-                num1 += v1[u] * f;
+                combine_add(den, num0, fl[j], v0[u], ff[j]);
+                num1 = fmaf(v1[u], ff[j], num1);
             }
         }
     }

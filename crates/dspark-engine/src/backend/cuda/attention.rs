@@ -2,7 +2,8 @@
 //! `attention_mma.cuh`). bf16 heads of 64 or 128 with 16-byte aligned rows run on tensor cores,
 //! one block per (key split, kv head, 16-row tile of query rows x the group's query heads), so
 //! each K/V row is read once per kv head; other heads and f32 take one (split, head, row) per
-//! block. Both write the same per-split scratch, merged in split order by one combine kernel.
+//! block. Both write the same per-split scratch, merged in split order by one combine kernel;
+//! up to 16 splits the tensor-core kernel runs as clusters of its splits and merges them itself.
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda::cudarc::driver::{DeviceRepr, LaunchConfig};
@@ -17,12 +18,32 @@ use crate::backend::AttnMask;
 /// sees.
 const SPLIT: usize = 128;
 
-/// Up to this many key splits the bf16 tensor-core attention loads its K/V rows below the new
-/// ones before the PDL wait (`attention_mma.cuh` PRE, the same bits). Measured in
-/// `scripts/bench/cuda_chain_bench.cu` (H200, 8B-shaped step, session 25): at 1024 context
-/// (8 splits) 5.013 -> 4.944 ms per step for 1 row and 5.565 -> 5.503 for 16; at 8192 (64
-/// splits) it was slower, 5.918 -> 6.134 and 8.259 -> 8.432.
-const PRE_SPLITS_MAX: usize = 8;
+/// Up to this many key splits, with more than one 16-row tile of query rows, or in the 8-warp
+/// form, the bf16 tensor-core attention loads its K/V rows below the new ones before the PDL
+/// wait (`attention_mma.cuh` PRE, the same bits). Measured in `scripts/bench/cuda_chain_bench.cu`
+/// (H200, 8B-shaped step, session 26, ms per step without / with): 1 row, 4 warps, at 1025 keys
+/// (9 splits) 4.958 / 4.865, at 2049 (17) 5.013 / 4.965, at 8193 (65) 5.749 / 5.990 (slower);
+/// 16 rows (4 tiles) 5.565 / 5.417, 5.852 / 5.712 and 8.119 / 7.781; 1 row, 8 warps, at 8193
+/// keys 5.536 with (the engine, without, decoded 167.6 tok/s against 170.5 with 4 warps).
+const PRE_SPLITS_MAX: usize = 32;
+
+/// Up to this many key splits (`CLUSTER_MAX` in attention_mma.cuh) the bf16 tensor-core
+/// attention runs as thread-block clusters of its splits and merges them itself
+/// (`attention_mma.cuh` CL: the combine's arithmetic in its order, so the same bits, one launch
+/// fewer per layer). Chain bench, same session, PRE both ways (ms per step, split launch +
+/// combine / clusters): 1 row at 1025 keys 4.865 / 4.856, 16 rows 5.417 / 5.272; at 2049 keys
+/// (17 splits, past the limit) clusters were not used.
+const CLUSTER_SPLITS_MAX: usize = 16;
+
+/// With one 16-row tile of query rows (a decode step), the bf16 tensor-core attention takes its
+/// 8-warp form (`attention_mma.cuh` `*_h2_*`: two warps per 32 keys, each multiplying half the
+/// dims of V; the same bits). Chain bench, session 26 (ms per step, 4 / 8 warps): 1 row at
+/// 1025 keys 4.854 / 4.802, at 8193 5.755 / 5.536; 16 rows (4 tiles) were slower with 8 warps
+/// (5.271 / 6.170 at 1025 keys), so verify blocks keep 4.
+fn h2_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("DSPARK_CUDA_ATTN_H2").map_or(true, |v| v != "0"))
+}
 
 /// Kernel arguments of the attention kernels (layout shared with `AttnArgs` in attention.cuh).
 #[repr(C)]
@@ -186,13 +207,21 @@ impl CustomOp3 for CacheAttention {
             scale: self.scale,
         };
         let dev = qs.device().clone();
+        let cluster = mma && splits <= CLUSTER_SPLITS_MAX && cluster_enabled();
+        let tiles = (lq * (hq / hkv)).div_ceil(16);
+        let h2 = mma && b * tiles == 1 && h2_enabled();
+        // the split sums for the combine (a cluster merges its splits in shared memory)
+        let scratch_len = if cluster {
+            1
+        } else {
+            b * lq * hq * splits * (d + 2)
+        };
         // SAFETY: every element is written by the kernel below before anything reads it.
-        let scratch = unsafe { dev.alloc::<f32>(b * lq * hq * splits * (d + 2))? };
+        let scratch = unsafe { dev.alloc::<f32>(scratch_len)? };
         let split_cfg = if mma {
-            let tiles = (lq * (hq / hkv)).div_ceil(16);
             LaunchConfig {
                 grid_dim: (splits as u32, hkv as u32, (b * tiles) as u32),
-                block_dim: (128, 1, 1),
+                block_dim: (if h2 { 256 } else { 128 }, 1, 1),
                 shared_mem_bytes: 0,
             }
         } else {
@@ -208,12 +237,14 @@ impl CustomOp3 for CacheAttention {
             shared_mem_bytes: 0,
         };
         let split_fn = if mma {
-            let pre = if splits <= PRE_SPLITS_MAX && pre_enabled() {
+            let pre = if (splits <= PRE_SPLITS_MAX || b * tiles > 1 || h2) && pre_enabled() {
                 "pre_"
             } else {
                 ""
             };
-            func!(dev, &format!("attn_mma_{pre}bf16_d{d}"))?
+            let cl = if cluster { "cl_" } else { "" };
+            let h2 = if h2 { "h2_" } else { "" };
+            func!(dev, &format!("attn_mma_{pre}{cl}{h2}bf16_d{d}"))?
         } else {
             func!(dev, &format!("attn_split_{sfx}_l{}", d / 16))?
         };
@@ -226,24 +257,33 @@ impl CustomOp3 for CacheAttention {
                     view::<$t>(vs, vl)?,
                 );
                 let stream = dev.cuda_stream();
+                // SAFETY: every element is written by the kernels below before anything reads it.
+                let o = unsafe { dev.alloc::<$t>(b * lq * hq * d)? };
                 let mut bld = Launch::new(&split_fn, &stream);
                 bld.buf(&q);
                 bld.buf(&k);
                 bld.buf(&v);
                 bld.buf(&scratch);
+                if mma {
+                    bld.buf(&o);
+                }
+                if cluster {
+                    bld.cluster(splits as u32);
+                }
                 bld.val(&args);
                 // SAFETY: the arguments match the kernel's signature in attention*.cuh and every buffer
                 // outlives the launch in stream order (one stream; frees are stream-ordered).
                 unsafe { bld.run(split_cfg) }?;
-                // SAFETY: every element is written by the kernel below before anything reads it.
-                let o = unsafe { dev.alloc::<$t>(b * lq * hq * d)? };
-                let mut bld = Launch::new(&comb_fn, &stream);
-                bld.buf(&scratch);
-                bld.buf(&o);
-                bld.val(&args);
-                // SAFETY: the arguments match the kernel's signature in attention*.cuh and every buffer
-                // outlives the launch in stream order (one stream; frees are stream-ordered).
-                unsafe { bld.run(comb_cfg) }?;
+                // the cluster kernel merged its splits itself
+                if !cluster {
+                    let mut bld = Launch::new(&comb_fn, &stream);
+                    bld.buf(&scratch);
+                    bld.buf(&o);
+                    bld.val(&args);
+                    // SAFETY: the arguments match the kernel's signature in attention*.cuh and every buffer
+                    // outlives the launch in stream order (one stream; frees are stream-ordered).
+                    unsafe { bld.run(comb_cfg) }?;
+                }
                 CudaStorage::wrap_cuda_slice(o, dev.clone())
             }};
         }
@@ -260,6 +300,13 @@ impl CustomOp3 for CacheAttention {
 fn mma_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("DSPARK_CUDA_ATTN_MMA").map_or(true, |v| v != "0"))
+}
+
+/// `DSPARK_CUDA_ATTN_CLUSTER=0` never takes the cluster kernels (split launch + combine
+/// instead), for runs side by side.
+fn cluster_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("DSPARK_CUDA_ATTN_CLUSTER").map_or(true, |v| v != "0"))
 }
 
 /// `DSPARK_CUDA_ATTN_PRE=0` never takes the PRE kernels, for runs side by side.

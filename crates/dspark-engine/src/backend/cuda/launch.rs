@@ -38,6 +38,8 @@ pub struct Launch<'a> {
     /// Read-event records of the buffers (no-ops with event tracking off, see `tune_device`),
     /// kept until the kernel is enqueued, as cudarc's own launch does.
     guards: Vec<SyncOnDrop<'a>>,
+    /// Blocks per thread-block cluster along x (1: no clusters).
+    cluster_x: u32,
 }
 
 impl<'a> Launch<'a> {
@@ -48,7 +50,15 @@ impl<'a> Launch<'a> {
             ptrs: Vec::new(),
             args: Vec::new(),
             guards: Vec::new(),
+            cluster_x: 1,
         }
+    }
+
+    /// Launches the grid as thread-block clusters of `x` blocks along x (sm_90; at most 16, and
+    /// a divisor of the grid's x; past the portable 8 the kernel is allowed larger clusters).
+    pub fn cluster(&mut self, x: u32) -> &mut Self {
+        self.cluster_x = x;
+        self
     }
 
     /// A device buffer (slice or view): its device address is the argument.
@@ -81,9 +91,44 @@ impl<'a> Launch<'a> {
             })
             .collect();
         // SAFETY: a zeroed attribute is a valid C struct; the union field set is the one `id` names.
-        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
+        let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+        let mut n = 0;
+        if pdl_enabled() {
+            attrs[n].id =
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attrs[n].value.programmaticStreamSerializationAllowed = 1;
+            n += 1;
+        }
+        if self.cluster_x > 1 {
+            if cfg.grid_dim.0 % self.cluster_x != 0 || self.cluster_x > 16 {
+                return Err(msg(format!(
+                    "kernel launch: clusters of {} blocks over a grid of {}",
+                    self.cluster_x, cfg.grid_dim.0
+                )));
+            }
+            attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attrs[n].value.clusterDim.x = self.cluster_x;
+            attrs[n].value.clusterDim.y = 1;
+            attrs[n].value.clusterDim.z = 1;
+            n += 1;
+        }
+        self.stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| msg(format!("{e:?}")))?;
+        if self.cluster_x > 8 {
+            // SAFETY: a valid function handle of the bound context; the attribute takes 0 or 1.
+            let r = unsafe {
+                sys::cuFuncSetAttribute(
+                    self.func.cu_function(),
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                    1,
+                )
+            };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                return Err(msg(format!("kernel launch: cluster size attribute: {r:?}")));
+            }
+        }
         let config = sys::CUlaunchConfig {
             gridDimX: cfg.grid_dim.0,
             gridDimY: cfg.grid_dim.1,
@@ -93,13 +138,9 @@ impl<'a> Launch<'a> {
             blockDimZ: cfg.block_dim.2,
             sharedMemBytes: cfg.shared_mem_bytes,
             hStream: self.stream.cu_stream(),
-            attrs: &mut attr,
-            numAttrs: u32::from(pdl_enabled()),
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: n as u32,
         };
-        self.stream
-            .context()
-            .bind_to_thread()
-            .map_err(|e| msg(format!("{e:?}")))?;
         // SAFETY: `raw` points at live argument values (the caller's, or `self.ptrs`, which is
         // not touched until the call returns); the caller vouches for their types.
         let r = unsafe {
