@@ -100,7 +100,7 @@ impl<'a> Launch<'a> {
             n += 1;
         }
         if self.cluster_x > 1 {
-            if cfg.grid_dim.0 % self.cluster_x != 0 || self.cluster_x > 16 {
+            if !cfg.grid_dim.0.is_multiple_of(self.cluster_x) || self.cluster_x > 16 {
                 return Err(msg(format!(
                     "kernel launch: clusters of {} blocks over a grid of {}",
                     self.cluster_x, cfg.grid_dim.0
