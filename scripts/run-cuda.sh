@@ -7,8 +7,8 @@
 # forced-tau spec runs, a per-op profile; with --hf, HF transformers on the same checkpoint
 # (scripts/bench/hf_cuda_decode.py; needs no binaries).
 # Usage: scripts/run-cuda.sh [--no-tests] [--q8b] [--hf] [--profile] [--pdl|--qkv1|--glu|--pre|--cluster|--h2] [--spec] [PACK]
-#   --profile: only the per-op profile runs of --q8b (baseline and DFlash oracle rounds synced
-#            per op; then the baseline's host enqueue time per op)
+#   --profile: only the per-op profile runs of --q8b (baseline, DFlash and DSpark oracle rounds
+#            synced per op; then the host enqueue time per op of the baseline and both rounds)
 #   --verify: only the baseline and verify-cost runs of --q8b at 1024 and 8192 context
 #   --pdl: baseline decode and verify cost at 1024 and 8192 context with programmatic dependent
 #          launch (the default) and without it (DSPARK_CUDA_PDL=0), one call; then
@@ -190,4 +190,11 @@ if [ $Q8B = 1 ] || [ $PROF = 1 ]; then
   # and of a DFlash-shaped spec round (the draft pass is host-bound)
   DSPARK_PROFILE=host q $B --prompt-ids /tmp/one.json --mode dflash --drafter $M/dflash-b16 \
     --baseline-only --oracle-tau 6.5 --max-tokens 64 --out "$LOG/bench_q8b_host_profile_dflash.json"
+  # the same two for a DSpark-shaped round (block 7, no confidence truncation)
+  DSPARK_PROFILE=1 q $B --prompt-ids /tmp/one.json --mode dspark --drafter $M/dspark-b7 \
+    --confidence-threshold 0 --baseline-only --oracle-tau 6.5 --max-tokens 64 \
+    --out "$LOG/bench_q8b_profile_dspark.json"
+  DSPARK_PROFILE=host q $B --prompt-ids /tmp/one.json --mode dspark --drafter $M/dspark-b7 \
+    --confidence-threshold 0 --baseline-only --oracle-tau 6.5 --max-tokens 64 \
+    --out "$LOG/bench_q8b_host_profile_dspark.json"
 fi

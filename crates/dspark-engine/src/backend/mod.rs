@@ -212,6 +212,18 @@ pub trait Backend: Clone + Send + 'static {
     ) -> BResult<Self::Tensor> {
         self.embedding(table, &self.from_u32(ids, shape)?)
     }
+    /// [`Backend::embedding`] of device ids known to be below `bound` (an argmax over `bound`
+    /// values): a backend may check `bound` against the table instead of reading the ids back,
+    /// so the ids never cross the bus.
+    fn embedding_below(
+        &self,
+        table: &Self::Tensor,
+        ids: &Self::Tensor,
+        bound: usize,
+    ) -> BResult<Self::Tensor> {
+        let _ = bound;
+        self.embedding(table, ids)
+    }
     fn rms_norm(&self, x: &Self::Tensor, w: &Self::Tensor, eps: f32) -> BResult<Self::Tensor>;
     /// `(x + r, rms_norm(x + r) · w)`: a residual add and the norm after it (backends may fuse
     /// them; the sum is what [`Backend::add`] would give).

@@ -127,8 +127,9 @@ impl<B: Backend> DSpark<B> {
 
     /// Plain greedy drafts with every row's argmax taken on the device (a GPU): row i of
     /// `logits` (`[1, n, vocab]`) plus the Markov bias of the token before, summed in f32 as
-    /// the host path sums them, so only one id per row crosses the bus (instead of every row
-    /// and every bias as f32). Returns the drafts and the token before each.
+    /// the host path sums them. The ids stay on the device (each row's bias reads the row
+    /// before's id there) and cross the bus once, all n together, instead of every row and
+    /// every bias as f32. Returns the drafts and the token before each.
     fn greedy_on_device(
         &self,
         b: &B,
@@ -137,22 +138,32 @@ impl<B: Backend> DSpark<B> {
         pending: u32,
     ) -> Result<(Vec<u32>, Vec<u32>), EngineError> {
         let vocab = *b.dims(logits).last().unwrap_or(&0);
-        let (mut tokens, mut prevs) = (Vec::with_capacity(n), Vec::with_capacity(n));
-        let mut prev = pending;
+        let mut ids: Vec<B::Tensor> = Vec::with_capacity(n);
         for i in 0..n {
             let mut row = b.narrow(logits, 1, i, 1)?;
-            if let Some(bias) = self.markov_bias(b, prev)? {
-                let bias = b.reshape(&bias, &[1, 1, vocab])?;
+            if let (Some(w1), Some(w2)) = (&self.markov_w1, &self.markov_w2) {
+                // w1 of the token before: `pending` for row 0, else row i - 1's argmax
+                let e = match ids.last() {
+                    None => b.embedding_ids(w1, &[pending], &[1])?,
+                    Some(prev) => b.embedding_below(w1, prev, vocab)?,
+                };
+                let bias = b.reshape(&b.matmul(&e, w2)?, &[1, 1, vocab])?;
                 row = b.add(
                     &b.to_dtype(&row, DType::F32)?,
                     &b.to_dtype(&bias, DType::F32)?,
                 )?;
             }
-            let d = b.to_u32_vec(&b.argmax_last(&row)?)?[0];
-            prevs.push(prev);
-            tokens.push(d);
-            prev = d;
+            ids.push(b.reshape(&b.argmax_last(&row)?, &[1])?);
         }
+        let tokens = if ids.is_empty() {
+            Vec::new()
+        } else {
+            b.to_u32_vec(&b.concat(&ids.iter().collect::<Vec<_>>(), 0)?)?
+        };
+        let prevs = std::iter::once(pending)
+            .chain(tokens.iter().copied())
+            .take(tokens.len())
+            .collect();
         Ok((tokens, prevs))
     }
 

@@ -190,6 +190,17 @@ impl Backend for CandleBackend {
         gather(table, ids)
     }
 
+    fn embedding_below(&self, table: &Tensor, ids: &Tensor, bound: usize) -> BResult<Tensor> {
+        let _p = profile::span("embedding");
+        let vocab = table.dim(0).map_err(err)?;
+        if bound > vocab {
+            return Err(err(candle_core::Error::Msg(format!(
+                "ids below {bound} may fall outside the table's {vocab} rows"
+            ))));
+        }
+        gather(table, ids)
+    }
+
     fn embedding_ids(&self, table: &Tensor, ids: &[u32], shape: &[usize]) -> BResult<Tensor> {
         let _p = profile::span("embedding");
         check_ids(table, ids)?;
