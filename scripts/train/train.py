@@ -16,8 +16,9 @@ Distillation loss at each predicted position (the target's token after position 
 for DFlash row r, j = a + r for DSpark row r):
   D = 0.5 CE(draft, target's greedy token after j) + 0.5 CE(draft, target softmax after j).
 DFlash (z-lab): block 16, `[pending, mask x 15]` predicts the 15 tokens after the anchor; every
-  other step runs at block 8 (same weights serve both); loss D, row r weighted exp(-(r-1)/gamma),
-  gamma 7 by default (--dflash-gamma).
+  other step runs at block 8 (same weights serve both); loss D + l1w ||p_d - p_t||_1 (l1w 0 by
+  default, --dflash-l1: the total-variation term DSpark trains with, which is what an
+  acceptance test pays for), row r weighted exp(-(r-1)/gamma), gamma 7 by default (--dflash-gamma).
 DSpark (DeepSpec): block 7, rows 0..6 predict the 7 tokens after the anchor; a rank-R Markov
   head adds w2(w1[prev]) (teacher-forced prev); loss per row (weight exp(-r/gamma), gamma 4 by
   default, --dspark-gamma):
@@ -49,6 +50,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -157,7 +159,7 @@ def distill(logits, store, rows_flat, labels_valid):
     return 0.5 * hard + 0.5 * soft, logp, pt, tgt
 
 
-def dflash_loss(net, emb, store, tok, flat, lens, anchors, avalid, bs, gamma):
+def dflash_loss(net, emb, store, tok, flat, lens, anchors, avalid, bs, gamma, l1w=0.0):
     dev = tok.device
     fused = store.fused[flat]
     h = common.net_anchored(net, fused, tok, anchors, bs, emb)[:, :, 1:]
@@ -166,7 +168,11 @@ def dflash_loss(net, emb, store, tok, flat, lens, anchors, avalid, bs, gamma):
     j = anchors[:, :, None] + r - 1                                   # target position predicting a + r
     valid = (anchors[:, :, None] + r < lens[:, None, None]) & avalid[:, :, None]
     rows = flat.gather(1, j.clamp(max=flat.shape[1] - 1).flatten(1)).view_as(j)
-    d, logp, _pt, tgt = distill(logits, store, rows, valid)
+    d, logp, pt, tgt = distill(logits, store, rows, valid)
+    if l1w:   # recomputed in backward: saving exp and |.| would hold two more [.., V] tensors
+        l1 = torch.utils.checkpoint.checkpoint(lambda lp, p: (lp.exp() - p).abs().sum(-1), logp, pt,
+                                               use_reentrant=False)
+        d = d + l1w * l1
     w = common.decay_weights(bs - 1, gamma, dev)[None, None] * valid
     loss = (d * w).sum() / w.sum()
     with torch.no_grad():
@@ -326,6 +332,8 @@ def main():
     ap.add_argument("--markov-rank", type=int, default=16)
     ap.add_argument("--dflash-gamma", type=float, default=7.0,
                     help="DFlash row r's loss weight exp(-(r-1)/gamma)")
+    ap.add_argument("--dflash-l1", type=float, default=0.0,
+                    help="weight of the total-variation term ||p_d - p_t||_1 in DFlash's loss")
     ap.add_argument("--dspark-gamma", type=float, default=4.0, help="DSpark row r's loss weight exp(-r/gamma)")
     ap.add_argument("--which", default="dflash,dspark")
     ap.add_argument("--init", default="", help="DFLASH_DIR,DSPARK_DIR: continue from saved drafters")
@@ -423,7 +431,7 @@ def main():
                     if k == "dflash":
                         bs = a.dflash_alt_block if (a.dflash_alt_block and step % 2 == 1) else cfg["block_size"]
                         loss, st = dflash_loss(net, e, store, tok, flat, lens, anchors, avalid, bs,
-                                               a.dflash_gamma)
+                                               a.dflash_gamma, a.dflash_l1)
                     else:
                         loss, st = dspark_loss(net, heads, e, store, tok, flat, lens, anchors, avalid,
                                                cfg["block_size"], a.dspark_gamma)
