@@ -142,7 +142,9 @@ pub(crate) fn spm_tokenizer(
     let space = SPACE.to_string();
     let normalizer = Replace::new(" ", space.as_str())
         .map_err(|e| TokenizerError::Gguf(format!("normalizer: {e}")))?;
-    inner.with_normalizer(Some(normalizer));
+    inner
+        .with_normalizer(Some(normalizer))
+        .map_err(|e| TokenizerError::Gguf(format!("normalizer: {e}")))?;
     let split = Split::new(
         SplitPattern::String(" ".into()),
         SplitDelimiterBehavior::MergedWithPrevious,

@@ -191,8 +191,12 @@ impl Tokenizer {
                 user.push(AddedToken::from(tok, false).normalized(false));
             }
         }
-        inner.add_special_tokens(&special);
-        inner.add_tokens(&user);
+        inner
+            .add_special_tokens(special)
+            .map_err(|e| TokenizerError::Gguf(format!("special tokens: {e}")))?;
+        inner
+            .add_tokens(user)
+            .map_err(|e| TokenizerError::Gguf(format!("added tokens: {e}")))?;
 
         let name = |id: Option<u32>| id.and_then(|i| meta.tokens.get(i as usize).cloned());
         let bos_token = name(bos_id);
