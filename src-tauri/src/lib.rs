@@ -150,14 +150,11 @@ fn exit_now() -> ! {
     use std::io::Write;
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
+    // SAFETY: `_exit` (POSIX) ends the process; our buffered output was flushed above and no
+    // other cleanup is owed.
     #[cfg(unix)]
-    {
-        extern "C" {
-            fn _exit(code: i32) -> !;
-        }
-        // SAFETY: `_exit` (POSIX) takes an int and ends the process; our buffered output was
-        // flushed above and no other cleanup is owed.
-        unsafe { _exit(0) }
+    unsafe {
+        libc::_exit(0)
     }
     #[cfg(not(unix))]
     std::process::exit(0)
