@@ -345,6 +345,42 @@ mod tests {
         }
     }
 
+    /// Both decode walks (one column at a time, and column pairs with prefetch) give the same
+    /// bits as each other and as the row tiles, for f32, bf16 and f16 weights, odd column
+    /// counts (a pair's second column missing), k with a tail, and matrices large enough to
+    /// fan out over threads and to end inside a pair's prefetch window.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn decode_walks_give_the_same_bits() {
+        use avx2::{decode_on, Walk};
+        if !x86::available() {
+            eprintln!("skipped: this CPU lacks AVX2/FMA");
+            return;
+        }
+        let mut seed = 13u64;
+        for &(k, n) in &[(576, 1537), (77, 33), (1536, 576), (8, 3), (576, 4096)] {
+            let x = rand_vec(k, &mut seed);
+            let w = rand_vec(n * k, &mut seed);
+            let wb: Vec<half::bf16> = w.iter().map(|&v| half::bf16::from_f32(v)).collect();
+            let wh: Vec<half::f16> = w.iter().map(|&v| half::f16::from_f32(v)).collect();
+            let mut rows = vec![0f32; 2 * n];
+            let x2: Vec<f32> = x.iter().chain(&x).copied().collect();
+            gemv_f32(&x2, 2, k, &w, n, &mut rows);
+            for walk in [Walk::OneColumn, Walk::Pairs] {
+                let (mut y, mut yb, mut yh) = (vec![0f32; n], vec![0f32; n], vec![0f32; n]);
+                decode_on(&x, k, &w, n, &mut y, walk);
+                decode_on(&x, k, &wb, n, &mut yb, walk);
+                decode_on(&x, k, &wh, n, &mut yh, walk);
+                assert_eq!(y[..], rows[..n], "{walk:?} k{k} n{n}: f32 vs the row tiles");
+                let mut want = vec![0f32; n];
+                gemv_narrow(&x2[..k], 1, k, &wb, n, &mut want);
+                assert_eq!(yb, want, "{walk:?} k{k} n{n}: bf16");
+                gemv_narrow(&x2[..k], 1, k, &wh, n, &mut want);
+                assert_eq!(yh, want, "{walk:?} k{k} n{n}: f16");
+            }
+        }
+    }
+
     /// The AVX-512 row tiles against the AVX2 ones: the same per-output arithmetic, so the same
     /// bits for every row count, k (with and without a tail) and column count (odd ones leave a
     /// pair half empty).
