@@ -116,9 +116,6 @@ impl<'a> Launch<'a> {
             .context()
             .bind_to_thread()
             .map_err(|e| msg(format!("{e:?}")))?;
-        if self.cluster_x > 8 {
-            allow_large_clusters(self.func)?;
-        }
         let config = sys::CUlaunchConfig {
             gridDimX: cfg.grid_dim.0,
             gridDimY: cfg.grid_dim.1,
@@ -147,32 +144,4 @@ impl<'a> Launch<'a> {
         }
         Ok(())
     }
-}
-
-/// Lets a kernel launch clusters past the portable 8 blocks: a function attribute, set once per
-/// function handle (the first launch that needs it), not on every launch.
-fn allow_large_clusters(func: &CudaFunction) -> Result<()> {
-    use std::collections::HashSet;
-    use std::sync::Mutex;
-    static DONE: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
-    let handle = func.cu_function() as usize;
-    let mut done = DONE.lock().unwrap_or_else(|p| p.into_inner());
-    let done = done.get_or_insert_with(HashSet::new);
-    if done.contains(&handle) {
-        return Ok(());
-    }
-    // SAFETY: a valid function handle of the context bound by the caller; the attribute takes
-    // 0 or 1.
-    let r = unsafe {
-        sys::cuFuncSetAttribute(
-            func.cu_function(),
-            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
-            1,
-        )
-    };
-    if r != sys::CUresult::CUDA_SUCCESS {
-        return Err(msg(format!("kernel launch: cluster size attribute: {r:?}")));
-    }
-    done.insert(handle);
-    Ok(())
 }

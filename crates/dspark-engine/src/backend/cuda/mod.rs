@@ -69,8 +69,35 @@ fn load_func(
         return Ok(f.clone());
     }
     let f: CudaFunction = (*dev.get_or_load_custom_func(name, MODULE, PTX)?).clone();
+    allow_large_clusters(dev, &f, name)?;
     per.insert(name.to_string(), f.clone());
     Ok(f)
+}
+
+/// Lets a kernel launch clusters past the portable 8 blocks (up to 16 on sm_90): a function
+/// attribute, set once when the handle is first loaded, so no launch pays for it.
+fn allow_large_clusters(
+    dev: &CudaDevice,
+    f: &candle_core::cuda::cudarc::driver::CudaFunction,
+    name: &str,
+) -> Result<()> {
+    use candle_core::cuda::cudarc::driver::sys;
+    dev.cuda_stream()
+        .context()
+        .bind_to_thread()
+        .map_err(|e| msg(format!("{e:?}")))?;
+    // SAFETY: a valid function handle of the context bound above; the attribute takes 0 or 1.
+    let r = unsafe {
+        sys::cuFuncSetAttribute(
+            f.cu_function(),
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+            1,
+        )
+    };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return Err(msg(format!("kernel {name}: cluster size attribute: {r:?}")));
+    }
+    Ok(())
 }
 
 // after the macro, which the kernel families use
