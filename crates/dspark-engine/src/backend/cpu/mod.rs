@@ -14,6 +14,8 @@ pub mod pool;
 pub mod qexact;
 #[cfg(target_arch = "x86_64")]
 mod qexact_avx2;
+#[cfg(target_arch = "x86_64")]
+mod qexact_avx512;
 pub mod qgemv;
 #[cfg(target_arch = "x86_64")]
 mod qgemv_avx2;

@@ -10,18 +10,19 @@
 //! 8, the same fixed-order horizontal sum (`k` is a multiple of 32, so no scalar tail). A row
 //! therefore has the bits of the dense f32 GEMV on the dequantized copy, for any row count.
 //!
-//! Two columns share a 16-lane register (lanes 0-7 column `c`, 8-15 column `c + 1`), as in
-//! [`super::gemv::avx512_rows`]; a tile is up to [`ROWS`] rows × one group of 4 interleaved
-//! columns, so even one row reads the weights as one sequential stream. That form needs
-//! AVX-512 (with DQ and F16C). AVX2 CPUs, and Q6_K (a scale per 16) on every x86 CPU, take
-//! `qexact_avx2.rs`: each group rebuilt into a scratch, then the dense tiles. Elsewhere the
-//! loader keeps the dense f32 copy.
+//! On AVX-512 CPUs (with DQ and F16C) `qexact_avx512.rs` rebuilds two columns per 16-lane
+//! register (lanes 0-7 column `c`, 8-15 column `c + 1`, as in [`super::gemv`]'s AVX-512 tiles)
+//! from one group of 4 interleaved columns, so even one row reads the weights as one sequential
+//! stream: in registers for up to 9 rows, into a scratch shared by a block's row tiles past
+//! that. AVX2 CPUs, and Q6_K (a scale per 16) on every x86 CPU, take `qexact_avx2.rs`: each
+//! group rebuilt into a scratch, then the dense tiles. Elsewhere the loader keeps the dense f32
+//! copy.
 
 use super::qpack::{QFormat, QPacked};
 
-/// Rows per tile (2 accumulators each).
 #[cfg(target_arch = "x86_64")]
-const ROWS: usize = 8;
+use super::qexact_avx512::{self as avx512, ROWS};
+
 /// Rows per block of a prefill chunk (their activations stay in the L2 while the block streams
 /// the task's columns once).
 #[cfg(target_arch = "x86_64")]
@@ -115,188 +116,54 @@ fn scratch_form() -> bool {
     *SCRATCH
 }
 
-/// [`gemv`]'s work: row blocks, each streaming the task's column groups once in row tiles.
+/// [`gemv`]'s work: row blocks, each streaming the task's column groups once in row tiles;
+/// with more rows than one tile, each group is rebuilt once per block into a scratch that
+/// every tile of the block reads.
 #[cfg(target_arch = "x86_64")]
 fn run(x: &[f32], m: usize, w: &QPacked, y: &mut [f32]) {
     use super::qpack::COL_TILE;
-    super::column_tasks(y, w.n, w.n * w.k * m, |cols| {
+    let k = w.k;
+    super::column_tasks(y, w.n, w.n * k * m, |cols| {
         let mut out = [[0f32; COL_TILE]; ROWS];
-        for b0 in (0..m).step_by(ROW_BLOCK) {
-            let b1 = (b0 + ROW_BLOCK).min(m);
-            // balanced row tiles (9 rows: 5 + 4)
-            let per = (b1 - b0).div_ceil((b1 - b0).div_ceil(ROWS));
+        let emit = |out: &avx512::Out, r0: usize, nr: usize, j: usize| {
+            for (i, row) in out[..nr].iter().enumerate() {
+                for (c, v) in row.iter().enumerate() {
+                    if j + c < cols.j1 {
+                        cols.set(r0 + i, j + c, *v);
+                    }
+                }
+            }
+        };
+        if m <= ROWS {
             for j in (cols.j0..cols.j1).step_by(COL_TILE) {
-                for r0 in (b0..b1).step_by(per) {
-                    let nr = (b1 - r0).min(per);
-                    // SAFETY: the CPU has the features (asserted); j is a multiple of
-                    // COL_TILE below n_pad; rows r0..r0+nr of x exist.
-                    unsafe { avx512::tile(w, j, x[r0 * w.k..].as_ptr(), nr, &mut out) };
-                    for (i, row) in out[..nr].iter().enumerate() {
-                        for (c, v) in row.iter().enumerate() {
-                            if j + c < cols.j1 {
-                                cols.set(r0 + i, j + c, *v);
-                            }
-                        }
+                // SAFETY: the CPU has the features (asserted); w has a scale per 32; j is a
+                // multiple of COL_TILE below n_pad; rows 0..m of x exist.
+                unsafe { avx512::tile(w, j, x.as_ptr(), m, &mut out) };
+                emit(&out, 0, m, j);
+            }
+            return;
+        }
+        // 64-byte aligned room for one group (with_scratch aligns to 32)
+        super::gemv::with_scratch(COL_TILE * k + 8, |buf| {
+            let skip = buf.as_ptr() as usize % 64 / 4;
+            let g = buf[skip..].as_mut_ptr();
+            for b0 in (0..m).step_by(ROW_BLOCK) {
+                let b1 = (b0 + ROW_BLOCK).min(m);
+                // balanced row tiles (16 rows: 8 + 8; 64 rows: 8 x 8)
+                let per = (b1 - b0).div_ceil((b1 - b0).div_ceil(ROWS));
+                for j in (cols.j0..cols.j1).step_by(COL_TILE) {
+                    // SAFETY: as above; g holds 4 · k floats from a 64-byte boundary.
+                    unsafe { avx512::store(w, j, g) };
+                    for r0 in (b0..b1).step_by(per) {
+                        let nr = (b1 - r0).min(per);
+                        // SAFETY: g holds the group just rebuilt; rows r0..r0+nr of x exist.
+                        unsafe { avx512::from_scratch(g, k, x[r0 * k..].as_ptr(), nr, &mut out) };
+                        emit(&out, r0, nr, j);
                     }
                 }
             }
-        }
+        })
     });
-}
-
-#[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use std::arch::x86_64::*;
-
-    use super::super::qpack::{prefetch_group, COL_TILE};
-    use super::{QFormat, QPacked, ROWS};
-
-    /// Rows `0..nr` of `x` (row stride `w.k`) against the interleaved columns `j..j+4`.
-    ///
-    /// # Safety
-    /// AVX-512 F/BW/VL/DQ, AVX2, FMA and F16C present; `j` a multiple of 4 below `w.n_pad`;
-    /// `nr` (1..=ROWS) rows of `w.k` floats readable at `x`.
-    pub unsafe fn tile(
-        w: &QPacked,
-        j: usize,
-        x: *const f32,
-        nr: usize,
-        out: &mut [[f32; COL_TILE]; ROWS],
-    ) {
-        macro_rules! by_rows {
-            ($nib:literal, $min:literal, $h:literal) => {
-                match nr {
-                    1 => rows::<1, $nib, $min, $h>(w, j, x, out),
-                    2 => rows::<2, $nib, $min, $h>(w, j, x, out),
-                    3 => rows::<3, $nib, $min, $h>(w, j, x, out),
-                    4 => rows::<4, $nib, $min, $h>(w, j, x, out),
-                    5 => rows::<5, $nib, $min, $h>(w, j, x, out),
-                    6 => rows::<6, $nib, $min, $h>(w, j, x, out),
-                    7 => rows::<7, $nib, $min, $h>(w, j, x, out),
-                    _ => rows::<8, $nib, $min, $h>(w, j, x, out),
-                }
-            };
-        }
-        match (w.fmt, w.half) {
-            (QFormat::Q4_1, true) => by_rows!(true, true, true),
-            (QFormat::Q4_1 | QFormat::Q4K, false) => by_rows!(true, true, false),
-            (QFormat::Q4_0, true) => by_rows!(true, false, true),
-            (QFormat::Q4_0, false) => by_rows!(true, false, false),
-            (_, true) => by_rows!(false, false, true),
-            (_, false) => by_rows!(false, false, false),
-        }
-    }
-
-    /// `R` rows; `NIB`: 4-bit codes (else bytes); `MIN`: a min per block (Q4_1, Q4_K; codes
-    /// then carry no zero point); `H`: scales and mins stored as f16 (else f32).
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-    unsafe fn rows<const R: usize, const NIB: bool, const MIN: bool, const H: bool>(
-        w: &QPacked,
-        j: usize,
-        x: *const f32,
-        out: &mut [[f32; COL_TILE]; ROWS],
-    ) {
-        let (k, cpp) = (w.k, w.codes_per_pair());
-        let blocks = k / 32;
-        // bytes of one pair's two scales, and of one min
-        let (sw, mw) = if H { (4, 2) } else { (8, 4) };
-        let (wc, ws) = w.group(j, sw);
-        let mins = w.mins.as_ptr();
-        let low = _mm512_set1_epi32(15);
-        let zp = _mm512_set1_epi32(w.fmt.zero_point());
-        // lanes 0-7 take entry 0 (column c's), 8-15 entry 2 (column c+1's) of [A_c, B_c,
-        // A_c+1, B_c+1]; `ib` the B entries
-        let ia = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
-        let ib = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
-        let mut acc = [[_mm512_setzero_ps(); 2]; R];
-        for p in 0..w.np {
-            prefetch_group(wc, ws, p, cpp, sw);
-            // per column pair (c, c + 1) = (0, 1), (2, 3): [d_A, d_B] and [m_A, m_B], each
-            // [column c x8 | column c + 1 x8]
-            let mut d = [[_mm512_setzero_ps(); 2]; 2];
-            let mut m = [[_mm512_setzero_ps(); 2]; 2];
-            for (h, c0) in [0, 2].into_iter().enumerate() {
-                let at = ws.add((p * COL_TILE + c0) * sw);
-                let sc = if H {
-                    _mm_cvtph_ps(_mm_loadl_epi64(at as *const __m128i))
-                } else {
-                    _mm_loadu_ps(at as *const f32)
-                };
-                let sc = _mm512_castps128_ps512(sc);
-                d[h] = [_mm512_permutexvar_ps(ia, sc), _mm512_permutexvar_ps(ib, sc)];
-                if MIN {
-                    // [m_A, m_B] of column c0, then of c0 + 1
-                    let (m0, m1) = (
-                        mins.add(((j + c0) * w.nm + 2 * p) * mw),
-                        mins.add(((j + c0 + 1) * w.nm + 2 * p) * mw),
-                    );
-                    let mm = if H {
-                        let (a, b) = (
-                            (m0 as *const i32).read_unaligned(),
-                            (m1 as *const i32).read_unaligned(),
-                        );
-                        _mm_cvtph_ps(_mm_set_epi32(0, 0, b, a))
-                    } else {
-                        let (a, b) = (
-                            (m0 as *const i64).read_unaligned(),
-                            (m1 as *const i64).read_unaligned(),
-                        );
-                        _mm_castsi128_ps(_mm_set_epi64x(b, a))
-                    };
-                    let mm = _mm512_castps128_ps512(mm);
-                    m[h] = [_mm512_permutexvar_ps(ia, mm), _mm512_permutexvar_ps(ib, mm)];
-                }
-            }
-            let pc = wc.add(p * COL_TILE * cpp);
-            for blk in 0..2 {
-                if 2 * p + blk >= blocks {
-                    break; // the padding block of an odd count
-                }
-                // Q8_0: bytes k 0..16 of the block at 16·blk, k 16..32 at 32 + 16·blk;
-                // nibbles: byte i holds k = i (low) and k = 16 + i (high)
-                for part in 0..if NIB { 1 } else { 2 } {
-                    let off = 32 * part + 16 * blk;
-                    let b: [__m128i; COL_TILE] = std::array::from_fn(|c| {
-                        _mm_loadu_si128(pc.add(c * cpp + off) as *const __m128i)
-                    });
-                    // k 0..8 and 8..16 of this part, per pair [column c | column c + 1]
-                    let v = [0, 2].map(|c| {
-                        [
-                            _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(b[c], b[c + 1])),
-                            _mm512_cvtepu8_epi32(_mm_unpackhi_epi64(b[c], b[c + 1])),
-                        ]
-                    });
-                    for t in 0..if NIB { 4 } else { 2 } {
-                        let wv: [__m512; 2] = std::array::from_fn(|h| {
-                            let q = match (NIB, t) {
-                                (true, 0 | 1) => _mm512_and_si512(v[h][t], low),
-                                (true, _) => _mm512_srli_epi32(v[h][t - 2], 4),
-                                (false, _) => v[h][t],
-                            };
-                            if MIN {
-                                _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), d[h][blk], m[h][blk])
-                            } else {
-                                let q = _mm512_cvtepi32_ps(_mm512_sub_epi32(q, zp));
-                                _mm512_mul_ps(q, d[h][blk])
-                            }
-                        });
-                        let o = 64 * p + 32 * blk + 16 * part + 8 * t;
-                        for (r, acc_r) in acc.iter_mut().enumerate() {
-                            let xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.add(r * k + o)));
-                            acc_r[0] = _mm512_fmadd_ps(xv, wv[0], acc_r[0]);
-                            acc_r[1] = _mm512_fmadd_ps(xv, wv[1], acc_r[1]);
-                        }
-                    }
-                }
-            }
-        }
-        for (r, acc_r) in acc.iter().enumerate() {
-            for (half, a) in acc_r.iter().enumerate() {
-                out[r][2 * half] = super::super::gemv::hsum8(_mm512_castps512_ps256(*a));
-                out[r][2 * half + 1] = super::super::gemv::hsum8(_mm512_extractf32x8_ps(*a, 1));
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -387,6 +254,47 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// The demo's shapes packed as the demo holds them (30 layers of Q4_1 matrices and a Q8_0
+    /// head, ~100 MB), called with the row counts of decode and verify; wall time over both
+    /// threads, the fastest of interleaved passes (the host is shared):
+    /// `cargo test --release -p dspark-engine qexact_model_probe -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn qexact_model_probe() {
+        if !available() {
+            return;
+        }
+        let mut seed = 11;
+        let mut mats = Vec::new();
+        for _ in 0..30 {
+            for (n, k) in [(960, 576), (576, 576), (3072, 576), (576, 1536)] {
+                mats.push(random(QFormat::Q4_1, n, k, true, &mut seed));
+            }
+        }
+        mats.push(random(QFormat::Q8_0, 49152, 576, true, &mut seed));
+        let counts = [1usize, 3, 8, 9, 16, 64];
+        let mut best = [f64::MAX; 6];
+        for _ in 0..12 {
+            for (b, &m) in best.iter_mut().zip(&counts) {
+                let x: Vec<f32> = (0..m * 1536).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
+                let mut y = vec![0f32; m * 49152];
+                for _ in 0..3 {
+                    let t = std::time::Instant::now();
+                    for w in &mats {
+                        gemv(&x[..m * w.k], m, w, &mut y[..m * w.n]);
+                    }
+                    *b = b.min(t.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+        }
+        for (b, m) in best.iter().zip(counts) {
+            println!(
+                "exact packed model m={m}: {b:.2} ms wall (best pass), x{:.2} of m=1",
+                b / best[0]
+            );
         }
     }
 }
