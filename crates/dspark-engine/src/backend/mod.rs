@@ -286,6 +286,11 @@ pub trait Backend: Clone + Send + 'static {
         self.mul(&g, up)
     }
     fn gelu_tanh(&self, x: &Self::Tensor) -> BResult<Self::Tensor>;
+    /// `gelu_tanh(gate) · up` (Gemma's MLP activation); backends may fuse it.
+    fn geglu(&self, gate: &Self::Tensor, up: &Self::Tensor) -> BResult<Self::Tensor> {
+        let g = self.gelu_tanh(gate)?;
+        self.mul(&g, up)
+    }
     fn sigmoid(&self, x: &Self::Tensor) -> BResult<Self::Tensor>;
     fn mul(&self, a: &Self::Tensor, b: &Self::Tensor) -> BResult<Self::Tensor>;
     fn add(&self, a: &Self::Tensor, b: &Self::Tensor) -> BResult<Self::Tensor>;

@@ -539,7 +539,7 @@ impl<B: Backend> DecoderLayer<B> {
                     .try_into()
                     .unwrap_or_else(|_| unreachable!("two outputs"));
                 match self.shape.gemma {
-                    Some(_) => b.mul(&b.gelu_tanh(&g)?, &u)?,
+                    Some(_) => b.geglu(&g, &u)?,
                     None => b.swiglu(&g, &u)?,
                 }
             }

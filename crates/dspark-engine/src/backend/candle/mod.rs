@@ -334,6 +334,17 @@ impl Backend for CandleBackend {
         x.gelu().map_err(err)
     }
 
+    fn geglu(&self, gate: &Tensor, up: &Tensor) -> BResult<Tensor> {
+        let inner = |t: &Tensor| t.stride().last() == Some(&1) || t.dims().last() == Some(&1);
+        let f32s = gate.dtype() == CDType::F32 && up.dtype() == CDType::F32;
+        if self.cpu_kernels() && f32s && inner(gate) && inner(up) && gate.dims() == up.dims() {
+            let _p = profile::span("geglu");
+            return gate.apply_op2_no_bwd(up, &cpu_ops::Geglu).map_err(err);
+        }
+        let g = self.gelu_tanh(gate)?;
+        self.mul(&g, up)
+    }
+
     fn sigmoid(&self, x: &Tensor) -> BResult<Tensor> {
         let _p = profile::span("sigmoid");
         candle_nn::ops::sigmoid(x).map_err(err)

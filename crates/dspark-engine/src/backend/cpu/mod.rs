@@ -8,6 +8,7 @@ pub mod affine;
 pub mod attention;
 mod attention_simd;
 pub mod contention;
+pub mod geglu;
 pub mod gemv;
 pub mod ops;
 pub mod pool;

@@ -5,6 +5,7 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, S
 
 use super::affine::{affine_gemv, Affine};
 use super::attention::{attention, View};
+use super::geglu::geglu;
 use super::gemv::{gemv_f32, gemv_narrow};
 use super::qgemv::{qgemv, QPacked};
 use super::rope::rope;
@@ -250,6 +251,29 @@ impl CustomOp2 for Swiglu {
             return Err(msg(format!("swiglu: {:?} vs {:?}", gl.dims(), ul.dims())));
         }
         let out = swiglu(rows(gs, gl)?, rows(us, ul)?);
+        Ok((CpuStorage::F32(out), Shape::from(gl.dims().to_vec())))
+    }
+}
+
+/// `gelu_tanh(gate) · up` (Gemma's MLP activation) over f32 views with a contiguous last axis.
+pub struct Geglu;
+
+impl CustomOp2 for Geglu {
+    fn name(&self) -> &'static str {
+        "dspark-geglu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        gs: &CpuStorage,
+        gl: &Layout,
+        us: &CpuStorage,
+        ul: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        if gl.dims() != ul.dims() {
+            return Err(msg(format!("geglu: {:?} vs {:?}", gl.dims(), ul.dims())));
+        }
+        let out = geglu(rows(gs, gl)?, rows(us, ul)?);
         Ok((CpuStorage::F32(out), Shape::from(gl.dims().to_vec())))
     }
 }

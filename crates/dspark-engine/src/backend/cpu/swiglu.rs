@@ -15,11 +15,11 @@ pub struct Rows<'a> {
 }
 
 impl Rows<'_> {
-    fn count(&self) -> usize {
+    pub(super) fn count(&self) -> usize {
         self.lead_dims.iter().product()
     }
 
-    fn row(&self, mut r: usize) -> &[f32] {
+    pub(super) fn row(&self, mut r: usize) -> &[f32] {
         let mut start = self.offset;
         for (d, s) in self.lead_dims.iter().zip(self.lead_strides).rev() {
             start += (r % d) * s;
@@ -35,7 +35,7 @@ impl Rows<'_> {
 /// true value. Written without branches or calls, so LLVM vectorizes the loop around it; `FMA`
 /// picks fused multiply-adds (the AVX2 + FMA build) or separate ones (elsewhere).
 #[inline(always)]
-fn exp_clamped<const FMA: bool>(t: f32) -> f32 {
+pub(super) fn exp_clamped<const FMA: bool>(t: f32) -> f32 {
     #[inline(always)]
     fn fma<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
         if FMA {
