@@ -312,10 +312,9 @@ impl Backend for CandleBackend {
 
     fn swiglu(&self, gate: &Tensor, up: &Tensor) -> BResult<Tensor> {
         let _p = profile::span("swiglu");
-        let inner = |t: &Tensor| t.stride().last() == Some(&1) || t.dims().last() == Some(&1);
-        let f32s = gate.dtype() == CDType::F32 && up.dtype() == CDType::F32;
-        if self.cpu_kernels() && f32s && inner(gate) && inner(up) {
-            return gate.apply_op2_no_bwd(up, &cpu_ops::Swiglu).map_err(err);
+        if self.cpu_glu_fits(gate, up) {
+            let glu = cpu_ops::Glu { gelu: false };
+            return gate.apply_op2_no_bwd(up, &glu).map_err(err);
         }
         #[cfg(feature = "cuda")]
         if self.cuda_kernels()
@@ -335,11 +334,10 @@ impl Backend for CandleBackend {
     }
 
     fn geglu(&self, gate: &Tensor, up: &Tensor) -> BResult<Tensor> {
-        let inner = |t: &Tensor| t.stride().last() == Some(&1) || t.dims().last() == Some(&1);
-        let f32s = gate.dtype() == CDType::F32 && up.dtype() == CDType::F32;
-        if self.cpu_kernels() && f32s && inner(gate) && inner(up) && gate.dims() == up.dims() {
+        if self.cpu_glu_fits(gate, up) {
             let _p = profile::span("geglu");
-            return gate.apply_op2_no_bwd(up, &cpu_ops::Geglu).map_err(err);
+            let glu = cpu_ops::Glu { gelu: true };
+            return gate.apply_op2_no_bwd(up, &glu).map_err(err);
         }
         let g = self.gelu_tanh(gate)?;
         self.mul(&g, up)

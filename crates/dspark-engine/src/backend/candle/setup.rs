@@ -195,6 +195,18 @@ impl CandleBackend {
         self.own_kernels && self.device.is_cpu() && self.dtype == DType::F32
     }
 
+    /// Whether the CPU gated-activation kernel (`cpu::glu`) takes `gate` and `up`: our CPU
+    /// kernels on, f32 views of one shape with a contiguous last axis.
+    pub(super) fn cpu_glu_fits(&self, gate: &Tensor, up: &Tensor) -> bool {
+        let inner = |t: &Tensor| t.stride().last() == Some(&1) || t.dims().last() == Some(&1);
+        self.cpu_kernels()
+            && gate.dtype() == candle_core::DType::F32
+            && up.dtype() == candle_core::DType::F32
+            && gate.dims() == up.dims()
+            && inner(gate)
+            && inner(up)
+    }
+
     /// Our CUDA kernels apply (CUDA device, built with them, not turned off).
     pub(super) fn cuda_kernels(&self) -> bool {
         self.own_kernels && self.device.is_cuda()

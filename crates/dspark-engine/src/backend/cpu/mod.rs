@@ -8,8 +8,8 @@ pub mod affine;
 pub mod attention;
 mod attention_simd;
 pub mod contention;
-pub mod geglu;
 pub mod gemv;
+pub mod glu;
 pub mod ops;
 pub mod pool;
 pub mod qexact;
@@ -24,7 +24,6 @@ pub mod qpack;
 pub mod qrows;
 pub mod rope;
 pub mod softmax;
-pub mod swiglu;
 
 /// Whether this x86 CPU has AVX2, FMA and F16C (the level of the `*_avx2` kernels; every CPU
 /// with AVX2 has F16C too).

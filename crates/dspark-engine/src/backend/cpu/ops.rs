@@ -5,11 +5,10 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, S
 
 use super::affine::{affine_gemv, Affine};
 use super::attention::{attention, View};
-use super::geglu::geglu;
 use super::gemv::{gemv_f32, gemv_narrow};
+use super::glu::{glu, Rows};
 use super::qgemv::{qgemv, QPacked};
 use super::rope::rope;
-use super::swiglu::{swiglu, Rows};
 use crate::backend::{AttnMask, RopeStyle};
 
 fn msg(m: impl std::fmt::Display) -> candle_core::Error {
@@ -213,18 +212,21 @@ impl CustomOp1 for AffineGemv<'_> {
     }
 }
 
-/// `silu(gate) · up` over two f32 views with the same shape (last axis contiguous).
-pub struct Swiglu;
+/// `silu(gate) · up`, or with `gelu` `gelu_tanh(gate) · up` (Gemma's MLP), over two f32 views
+/// with the same shape (last axis contiguous).
+pub struct Glu {
+    pub gelu: bool,
+}
 
 fn rows<'a>(s: &'a CpuStorage, l: &'a Layout) -> Result<Rows<'a>> {
     let data = match s {
         CpuStorage::F32(v) => v.as_slice(),
-        _ => return Err(msg("swiglu: tensors must be f32")),
+        _ => return Err(msg("glu: tensors must be f32")),
     };
     let (d, st) = (l.dims(), l.stride());
-    let (&len, lead) = d.split_last().ok_or_else(|| msg("swiglu: scalar"))?;
+    let (&len, lead) = d.split_last().ok_or_else(|| msg("glu: scalar"))?;
     if len > 1 && st[d.len() - 1] != 1 {
-        return Err(msg("swiglu: the last axis must be contiguous"));
+        return Err(msg("glu: the last axis must be contiguous"));
     }
     Ok(Rows {
         data,
@@ -235,9 +237,13 @@ fn rows<'a>(s: &'a CpuStorage, l: &'a Layout) -> Result<Rows<'a>> {
     })
 }
 
-impl CustomOp2 for Swiglu {
+impl CustomOp2 for Glu {
     fn name(&self) -> &'static str {
-        "dspark-swiglu"
+        if self.gelu {
+            "dspark-geglu"
+        } else {
+            "dspark-swiglu"
+        }
     }
 
     fn cpu_fwd(
@@ -248,32 +254,9 @@ impl CustomOp2 for Swiglu {
         ul: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         if gl.dims() != ul.dims() {
-            return Err(msg(format!("swiglu: {:?} vs {:?}", gl.dims(), ul.dims())));
+            return Err(msg(format!("glu: {:?} vs {:?}", gl.dims(), ul.dims())));
         }
-        let out = swiglu(rows(gs, gl)?, rows(us, ul)?);
-        Ok((CpuStorage::F32(out), Shape::from(gl.dims().to_vec())))
-    }
-}
-
-/// `gelu_tanh(gate) · up` (Gemma's MLP activation) over f32 views with a contiguous last axis.
-pub struct Geglu;
-
-impl CustomOp2 for Geglu {
-    fn name(&self) -> &'static str {
-        "dspark-geglu"
-    }
-
-    fn cpu_fwd(
-        &self,
-        gs: &CpuStorage,
-        gl: &Layout,
-        us: &CpuStorage,
-        ul: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        if gl.dims() != ul.dims() {
-            return Err(msg(format!("geglu: {:?} vs {:?}", gl.dims(), ul.dims())));
-        }
-        let out = geglu(rows(gs, gl)?, rows(us, ul)?);
+        let out = glu(rows(gs, gl)?, rows(us, ul)?, self.gelu);
         Ok((CpuStorage::F32(out), Shape::from(gl.dims().to_vec())))
     }
 }
