@@ -25,33 +25,35 @@ pub const ROWS: usize = 9;
 /// One tile's outputs, `[row][column]`.
 pub type Out = [[f32; COL_TILE]; ROWS];
 
-/// Runs `$f::<R, NIB, MIN, H>($args)` for `nr` rows and `w`'s format.
-macro_rules! dispatch {
-    ($f:ident, $w:expr, $nr:expr, ($($a:expr),*)) => {{
-        macro_rules! by_rows {
-            ($nib:literal, $min:literal, $h:literal) => {
-                match $nr {
-                    1 => $f::<1, $nib, $min, $h>($($a),*),
-                    2 => $f::<2, $nib, $min, $h>($($a),*),
-                    3 => $f::<3, $nib, $min, $h>($($a),*),
-                    4 => $f::<4, $nib, $min, $h>($($a),*),
-                    5 => $f::<5, $nib, $min, $h>($($a),*),
-                    6 => $f::<6, $nib, $min, $h>($($a),*),
-                    7 => $f::<7, $nib, $min, $h>($($a),*),
-                    8 => $f::<8, $nib, $min, $h>($($a),*),
-                    _ => $f::<9, $nib, $min, $h>($($a),*),
-                }
-            };
-        }
+/// Runs `$f::<PRE.., NIB, MIN, H>($args)` with the `NIB`, `MIN`, `H` of `w`'s format.
+macro_rules! by_format {
+    ($w:expr, $f:ident, [$($pre:tt),*], ($($a:expr),*)) => {
         match ($w.fmt, $w.half) {
-            (QFormat::Q4_1, true) => by_rows!(true, true, true),
-            (QFormat::Q4_1 | QFormat::Q4K, false) => by_rows!(true, true, false),
-            (QFormat::Q4_0, true) => by_rows!(true, false, true),
-            (QFormat::Q4_0, false) => by_rows!(true, false, false),
-            (_, true) => by_rows!(false, false, true),
-            (_, false) => by_rows!(false, false, false),
+            (QFormat::Q4_1, true) => $f::<$($pre,)* true, true, true>($($a),*),
+            (QFormat::Q4_1 | QFormat::Q4K, false) => $f::<$($pre,)* true, true, false>($($a),*),
+            (QFormat::Q4_0, true) => $f::<$($pre,)* true, false, true>($($a),*),
+            (QFormat::Q4_0, false) => $f::<$($pre,)* true, false, false>($($a),*),
+            (_, true) => $f::<$($pre,)* false, false, true>($($a),*),
+            (_, false) => $f::<$($pre,)* false, false, false>($($a),*),
         }
-    }};
+    };
+}
+
+/// Runs `$go!(R)` for `nr` rows (1..=ROWS, more taken as ROWS).
+macro_rules! by_rows {
+    ($nr:expr, $go:ident) => {
+        match $nr {
+            1 => $go!(1),
+            2 => $go!(2),
+            3 => $go!(3),
+            4 => $go!(4),
+            5 => $go!(5),
+            6 => $go!(6),
+            7 => $go!(7),
+            8 => $go!(8),
+            _ => $go!(9),
+        }
+    };
 }
 
 /// Rows `0..nr` of `x` (row stride `w.k`) against the interleaved columns `j..j+4`, the weights
@@ -61,7 +63,12 @@ macro_rules! dispatch {
 /// AVX-512 F/BW/VL/DQ, AVX2, FMA and F16C present; `w` not a format with a scale per 16 (Q6_K);
 /// `j` a multiple of 4 below `w.n_pad`; `nr` (1..=ROWS) rows of `w.k` floats readable at `x`.
 pub unsafe fn tile(w: &QPacked, j: usize, x: *const f32, nr: usize, out: &mut Out) {
-    dispatch!(in_registers, w, nr, (w, j, x, out))
+    macro_rules! go {
+        ($r:tt) => {
+            by_format!(w, in_registers, [$r], (w, j, x, out))
+        };
+    }
+    by_rows!(nr, go)
 }
 
 /// Rebuilds columns `j..j+4` of `w` into `g`: for each step of 8 along `k`, 32 floats (the two
@@ -70,7 +77,7 @@ pub unsafe fn tile(w: &QPacked, j: usize, x: *const f32, nr: usize, out: &mut Ou
 /// # Safety
 /// As [`tile`]; `g` holds `4 · w.k` floats and is 64-byte aligned.
 pub unsafe fn store(w: &QPacked, j: usize, g: *mut f32) {
-    dispatch!(into_scratch, w, 1, (w, j, g))
+    by_format!(w, into_scratch, [], (w, j, g))
 }
 
 /// Rows `0..nr` of `x` (row stride `k`) against a group [`store`] rebuilt into `g`.
@@ -79,17 +86,12 @@ pub unsafe fn store(w: &QPacked, j: usize, g: *mut f32) {
 /// As [`tile`]'s CPU features; `g` as [`store`] left it for `k`; `nr` (1..=ROWS) rows of `k`
 /// floats readable at `x`.
 pub unsafe fn from_scratch(g: *const f32, k: usize, x: *const f32, nr: usize, out: &mut Out) {
-    match nr {
-        1 => scratch_rows::<1>(g, k, x, out),
-        2 => scratch_rows::<2>(g, k, x, out),
-        3 => scratch_rows::<3>(g, k, x, out),
-        4 => scratch_rows::<4>(g, k, x, out),
-        5 => scratch_rows::<5>(g, k, x, out),
-        6 => scratch_rows::<6>(g, k, x, out),
-        7 => scratch_rows::<7>(g, k, x, out),
-        8 => scratch_rows::<8>(g, k, x, out),
-        _ => scratch_rows::<9>(g, k, x, out),
+    macro_rules! go {
+        ($r:tt) => {
+            scratch_rows::<$r>(g, k, x, out)
+        };
     }
+    by_rows!(nr, go)
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
@@ -99,21 +101,13 @@ unsafe fn in_registers<const R: usize, const NIB: bool, const MIN: bool, const H
     x: *const f32,
     out: &mut Out,
 ) {
-    let k = w.k;
     let mut acc = [[_mm512_setzero_ps(); 2]; R];
-    rebuild::<NIB, MIN, H>(w, j, |o, wv| {
-        for (r, acc_r) in acc.iter_mut().enumerate() {
-            let xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.add(r * k + o)));
-            acc_r[0] = _mm512_fmadd_ps(xv, wv[0], acc_r[0]);
-            acc_r[1] = _mm512_fmadd_ps(xv, wv[1], acc_r[1]);
-        }
-    });
+    rebuild::<NIB, MIN, H>(w, j, |o, wv| accumulate(&mut acc, x, w.k, o, wv));
     finish(&acc, out);
 }
 
-/// `R` is unused: [`dispatch`]'s shape.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn into_scratch<const R: usize, const NIB: bool, const MIN: bool, const H: bool>(
+unsafe fn into_scratch<const NIB: bool, const MIN: bool, const H: bool>(
     w: &QPacked,
     j: usize,
     g: *mut f32,
@@ -132,13 +126,27 @@ unsafe fn scratch_rows<const R: usize>(g: *const f32, k: usize, x: *const f32, o
             _mm512_load_ps(g.add(4 * o)),
             _mm512_load_ps(g.add(4 * o + 16)),
         ];
-        for (r, acc_r) in acc.iter_mut().enumerate() {
-            let xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.add(r * k + o)));
-            acc_r[0] = _mm512_fmadd_ps(xv, wv[0], acc_r[0]);
-            acc_r[1] = _mm512_fmadd_ps(xv, wv[1], acc_r[1]);
-        }
+        accumulate(&mut acc, x, k, o, wv);
     }
     finish(&acc, out);
+}
+
+/// One step of 8 along `k` (at `o`) for every row: each row's 8 values of `x` (row stride `k`)
+/// broadcast to both halves, times the two column pairs' rebuilt weights `wv`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn accumulate<const R: usize>(
+    acc: &mut [[__m512; 2]; R],
+    x: *const f32,
+    k: usize,
+    o: usize,
+    wv: [__m512; 2],
+) {
+    for (r, acc_r) in acc.iter_mut().enumerate() {
+        let xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.add(r * k + o)));
+        acc_r[0] = _mm512_fmadd_ps(xv, wv[0], acc_r[0]);
+        acc_r[1] = _mm512_fmadd_ps(xv, wv[1], acc_r[1]);
+    }
 }
 
 /// Each accumulator's two halves (columns `c`, `c + 1`) as [`super::gemv`]'s horizontal sums.
