@@ -47,9 +47,12 @@ pub fn selected_backend() -> Which {
     }
 }
 
-/// The candle backend of the suite: CPU, f32.
+/// The candle backend of the suite: CPU, f32, drafting through the exact head
+/// ([`CandleBackend::with_exact_drafts`]) as the reference implementations do, so that the
+/// goldens' drafts compare id for id. The default, faster draft head is covered by the tests
+/// that build `CandleBackend::cpu()` themselves (smollm2_trained, spec_sampling_smollm2).
 pub fn candle_backend() -> CandleBackend {
-    CandleBackend::cpu()
+    CandleBackend::cpu().with_exact_drafts(true)
 }
 
 /// The CUDA backend of the suite: candle on `cuda:0`, f32 compute (the goldens are f32), with

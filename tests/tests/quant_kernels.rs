@@ -3,7 +3,8 @@
 //! kernels, must equal the matmul with the same weights dequantized to f32 within the bound
 //! that 8-bit activation rounding allows: Σ_blocks Σ_i |w_i| · max|x_block| / 254, plus 1e-5
 //! relative f32 slop. Also checks that a verify-sized batch gives the same bits per row as a
-//! one-row call (batch invariance) on the real weights.
+//! one-row call (batch invariance) on the real weights, and that a drafter's head over exactly
+//! packed weights runs the 8-bit kernel within the same bound.
 
 use dspark_engine::backend::candle::CandleBackend;
 use dspark_engine::backend::Backend;
@@ -104,4 +105,63 @@ fn packed_embedding_rows_equal_the_dense_table() {
         assert_eq!(&rows[i * h..(i + 1) * h], want, "row {id}");
     }
     assert!(quant.gather_rows(&packed, &[v as u32]).is_err());
+}
+
+/// A drafter's head over exactly packed weights (`Backend::draft_matmul`) runs the 8-bit-
+/// activation kernel: within the activation-rounding bound of the exact product, and not its
+/// bits; `with_exact_drafts` gives exactly `matmul`'s bits. Real tensors: the tied head (Q8_0)
+/// and a Q4_1 projection.
+#[test]
+fn draft_head_on_exactly_packed_weights_runs_the_8bit_kernel() {
+    let src = GgufSource::open(&artefact("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let fast = CandleBackend::cpu().with_exact_drafts(false);
+    let exact = CandleBackend::cpu().with_exact_drafts(true);
+    let mut seed = 7;
+    for name in [
+        "model.embed_tokens.weight",
+        "model.layers.3.mlp.up_proj.weight",
+    ] {
+        let host = src.get(name).unwrap();
+        let (n, k) = (host.shape()[0], host.shape()[1]);
+        let w = host.to_f32().unwrap();
+        let (wf, we) = (fast.linear(&host).unwrap(), exact.linear(&host).unwrap());
+        for m in [1usize, 3] {
+            let x: Vec<f32> = (0..m * k).map(|_| rng(&mut seed)).collect();
+            let xt = fast.from_f32(&x, &[1, m, k]).unwrap();
+            let full = exact.to_f32_vec(&exact.matmul(&xt, &we).unwrap()).unwrap();
+            let same = exact
+                .to_f32_vec(&exact.draft_matmul(&xt, &we).unwrap())
+                .unwrap();
+            assert_eq!(same, full, "{name}: exact drafts are matmul's bits");
+            let drafted = fast
+                .to_f32_vec(&fast.draft_matmul(&xt, &wf).unwrap())
+                .unwrap();
+            if !fast.holds_gguf_exact_packed() {
+                // no exact kernel on this CPU: the weights are a dense copy, drafts use it
+                assert_eq!(drafted, full, "{name}: dense drafts");
+                continue;
+            }
+            assert_ne!(drafted, full, "{name}: the 8-bit kernel ran");
+            for r in 0..m {
+                let xr = &x[r * k..(r + 1) * k];
+                for j in (0..n).step_by((n / 97).max(1)) {
+                    let wj = &w[j * k..(j + 1) * k];
+                    let bound: f64 = xr
+                        .chunks(32)
+                        .zip(wj.chunks(32))
+                        .map(|(xb, wb)| {
+                            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
+                            wb.iter().map(|v| v.abs() as f64).sum::<f64>() * amax / 254.0
+                        })
+                        .sum::<f64>();
+                    let (q, d) = (drafted[r * n + j] as f64, full[r * n + j] as f64);
+                    let tol = bound + 1e-5 * (1.0 + d.abs());
+                    assert!(
+                        (q - d).abs() <= tol,
+                        "{name} [{r},{j}]: drafted {q} vs exact {d} (bound {tol})"
+                    );
+                }
+            }
+        }
+    }
 }

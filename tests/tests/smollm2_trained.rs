@@ -2,8 +2,10 @@
 //! (block 7) drafters distilled for SmolLM2-135M-Instruct (assets/drafters/, made by
 //! scripts/train/) on the same model dequantized to f32. On the first 20 held-out MT-Bench first
 //! turns:
-//! - greedy speculative output equals the baseline token for token, in each mode (20 prompts);
-//! - per-round accept lengths equal those of the PyTorch evaluator that measured the drafters
+//! - greedy speculative output equals the baseline token for token, in each mode (20 prompts,
+//!   drafting through the default 8-bit-activation head; 10 more through the exact head);
+//! - per-round accept lengths, drafting through the exact f32 head as the evaluator does, equal
+//!   those of the PyTorch evaluator that measured the drafters
 //!   (tests/fixtures/spec/smollm2_trained_rounds.json, first 10 prompts) on the prompts where
 //!   both greedy runs agree;
 //! - the mean accept length on the fixed first 10 prompts stays above a floor of 0.9x the value
@@ -136,54 +138,47 @@ fn trained_drafters_equal_baseline_and_match_the_evaluator() {
             floor: 1.65,
         },
     ];
+    // the default backend drafts through the 8-bit-activation head (`draft_matmul`); the
+    // evaluator drafts through the exact f32 head, as `with_exact_drafts` does
+    let exact = CandleBackend::cpu().with_exact_drafts(true);
     for case in cases {
-        let lm = load_model(&b, &gguf, None).unwrap();
-        let drafter =
-            load_drafter(&b, &b, case.mode, &drafter_dir(case.drafter), &lm.model, 16).unwrap();
-        let spec = SpecParams {
-            max_draft: 16,
-            confidence_threshold: 0.0,
-        };
-        let mut pipe = Pipeline::new(lm, case.mode, Some(drafter), spec).unwrap();
-        let (mut tokens, mut rounds, mut same_rounds, mut compared) = (0, 0, 0, 0);
-        let (mut all_tokens, mut all_rounds) = (0, 0);
-        for (i, p) in prompts.iter().enumerate() {
-            let r = pipe
-                .generate(p, &params(eos.clone()), &mut Vec::new())
-                .unwrap();
-            assert_eq!(r.tokens, baselines[i], "{} prompt {i}", case.drafter);
-            let got = &r.stats.accept_lengths;
-            all_tokens += got.iter().sum::<usize>();
-            all_rounds += got.len();
-            if i >= ROUND_PROMPTS {
+        let fast = run_case(&b, &gguf, &case, &prompts, &baselines, &params(eos.clone()));
+        let tau = mean_accept(&fast[..ROUND_PROMPTS]);
+        let (mut same_rounds, mut compared) = (0, 0);
+        let on_exact = run_case(
+            &exact,
+            &gguf,
+            &case,
+            &prompts[..ROUND_PROMPTS],
+            &baselines,
+            &params(eos.clone()),
+        );
+        for (i, got) in on_exact.iter().enumerate() {
+            if !agree[i] {
                 continue;
             }
-            tokens += got.iter().sum::<usize>();
-            rounds += got.len();
-            if agree[i] {
-                let want: Vec<usize> = fx["rounds"][case.drafter][i]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_u64().unwrap() as usize)
-                    .collect();
-                compared += 1;
-                if got == &rounds_until(&want, MAX_TOKENS) {
-                    same_rounds += 1;
-                } else {
-                    eprintln!(
-                        "{} prompt {i}: rounds {got:?}, evaluator {:?}",
-                        case.drafter,
-                        rounds_until(&want, MAX_TOKENS)
-                    );
-                }
+            let want: Vec<usize> = fx["rounds"][case.drafter][i]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as usize)
+                .collect();
+            compared += 1;
+            if got == &rounds_until(&want, MAX_TOKENS) {
+                same_rounds += 1;
+            } else {
+                eprintln!(
+                    "{} prompt {i}: rounds {got:?}, evaluator {:?}",
+                    case.drafter,
+                    rounds_until(&want, MAX_TOKENS)
+                );
             }
         }
-        let tau = tokens as f64 / rounds as f64;
         eprintln!(
-            "{}: mean accept length {tau:.3} over {rounds} rounds (first {ROUND_PROMPTS} prompts), {:.3} over all {PROMPTS}; rounds equal to the evaluator's on {same_rounds}/{compared} prompts",
+            "{}: mean accept length {tau:.3} (first {ROUND_PROMPTS} prompts; {:.3} with exact drafts), {:.3} over all {PROMPTS}; exact drafts' rounds equal to the evaluator's on {same_rounds}/{compared} prompts",
             case.drafter,
-            all_tokens as f64 / all_rounds as f64
+            mean_accept(&on_exact),
+            mean_accept(&fast)
         );
         assert!(
             same_rounds + 1 >= compared,
@@ -198,4 +193,39 @@ fn trained_drafters_equal_baseline_and_match_the_evaluator() {
             case.floor
         );
     }
+}
+
+/// Each prompt's per-round accept lengths in `case`'s mode on backend `b`, asserting that the
+/// greedy output equals the baseline's.
+fn run_case(
+    b: &CandleBackend,
+    gguf: &std::path::Path,
+    case: &Case,
+    prompts: &[Vec<u32>],
+    baselines: &[Vec<u32>],
+    params: &GenParams,
+) -> Vec<Vec<usize>> {
+    let lm = load_model(b, gguf, None).unwrap();
+    let drafter = load_drafter(b, b, case.mode, &drafter_dir(case.drafter), &lm.model, 16).unwrap();
+    let spec = SpecParams {
+        max_draft: 16,
+        confidence_threshold: 0.0,
+    };
+    let mut pipe = Pipeline::new(lm, case.mode, Some(drafter), spec).unwrap();
+    prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let r = pipe.generate(p, params, &mut Vec::new()).unwrap();
+            assert_eq!(r.tokens, baselines[i], "{} prompt {i}", case.drafter);
+            r.stats.accept_lengths
+        })
+        .collect()
+}
+
+/// Committed tokens per round over all of `runs`.
+fn mean_accept(runs: &[Vec<usize>]) -> f64 {
+    let tokens: usize = runs.iter().flatten().sum();
+    let rounds: usize = runs.iter().map(Vec::len).sum();
+    tokens as f64 / rounds as f64
 }

@@ -168,6 +168,12 @@ pub trait Backend: Clone + Send + 'static {
     // ---- math ----
     /// `x[.., in] @ w^T -> [.., out]`.
     fn matmul(&self, x: &Self::Tensor, w: &Self::Linear) -> BResult<Self::Tensor>;
+    /// `x @ w^T` for a result that only proposes drafts and never decides an output token (a
+    /// parallel drafter's head): the target verifies every draft, so a backend may use faster,
+    /// inexact arithmetic here. Default: [`Backend::matmul`].
+    fn draft_matmul(&self, x: &Self::Tensor, w: &Self::Linear) -> BResult<Self::Tensor> {
+        self.matmul(x, w)
+    }
     /// Rows of `table[V, H]` picked by `ids` (u32) -> `[ids.., H]`.
     /// The weight as a dense tensor in the compute dtype when that is how it is held (a tied
     /// embedding table then shares its storage instead of holding a second copy).

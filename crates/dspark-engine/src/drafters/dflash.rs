@@ -89,7 +89,7 @@ fn draft_logits<B: Backend>(
     let x = target.embed(block)?;
     let h = net.block(&x)?;
     let rows = b.narrow(&h, 1, 1, n)?;
-    let logits = target.lm_head(&rows)?;
+    let logits = target.draft_lm_head(&rows)?;
     match softcap {
         Some(cap) => b.softcap(&logits, cap),
         None => Ok(logits),

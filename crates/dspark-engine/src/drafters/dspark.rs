@@ -264,8 +264,8 @@ impl<B: Backend> Parts<'_, B> {
         // a bound head is the target's whole projection, its own softcap included (as
         // mlx-dspark binds `lm_head_proj`); the drafter's softcap follows either way
         let mut logits = match self.lm_head {
-            Some(w) => b.matmul(&rows, w)?,
-            None => target.project(&rows)?,
+            Some(w) => b.draft_matmul(&rows, w)?,
+            None => target.draft_project(&rows)?,
         };
         if let Some(cap) = net.cfg.final_logit_softcapping {
             logits = b.softcap(&logits, cap)?;

@@ -181,10 +181,17 @@ impl<B: Backend> Transformer<B> {
         self.backend.matmul(hn, &self.lm_head)
     }
 
-    /// The LM head and the final logit softcap (no final norm): the target's whole output
-    /// projection of already-normed states, for DSpark drafters that bind it.
-    pub fn project(&self, hn: &B::Tensor) -> BResult<B::Tensor> {
-        let logits = self.lm_head(hn)?;
+    /// The LM head for drafts only ([`Backend::draft_matmul`]: possibly faster, inexact
+    /// arithmetic; every draft is verified by [`Transformer::lm_head`]'s exact logits).
+    pub fn draft_lm_head(&self, hn: &B::Tensor) -> BResult<B::Tensor> {
+        self.backend.draft_matmul(hn, &self.lm_head)
+    }
+
+    /// The LM head and the final logit softcap (no final norm) for drafts only: the
+    /// target's whole output projection as DSpark drafters that bind it use it, its head by
+    /// [`Transformer::draft_lm_head`].
+    pub fn draft_project(&self, hn: &B::Tensor) -> BResult<B::Tensor> {
+        let logits = self.draft_lm_head(hn)?;
         match self.cfg.gemma.as_ref().and_then(|g| g.final_logit_softcap) {
             Some(cap) => self.backend.softcap(&logits, cap),
             None => Ok(logits),

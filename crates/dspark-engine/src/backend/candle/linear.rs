@@ -292,6 +292,22 @@ impl CandleBackend {
         self.swiglu(&half(0)?, &half(1)?)
     }
 
+    /// A drafter's head over weights held packed for exact f32 arithmetic: the same packed
+    /// blocks through the 8-bit-activation kernel (`qgemv.rs`), which reads them at the same
+    /// traffic with a fraction of the exact kernel's instructions. Drafts are only proposals
+    /// (the target verifies each with its exact head), so greedy output and sampled
+    /// distributions are unchanged; a draft may differ from the exact head's where two logits
+    /// nearly tie. [`CandleBackend::with_exact_drafts`] keeps drafting on the exact kernel.
+    pub(super) fn draft_linear_matmul(&self, x: &Tensor, w: &CandleLinear) -> BResult<Tensor> {
+        match w {
+            CandleLinear::Exact(p) if x.dtype() == CDType::F32 && !self.exact_drafts => {
+                let _p = profile::span("matmul.draft-blocks");
+                on_f32(x, &cpu_ops::QGemv { w: p, exact: false })
+            }
+            _ => self.linear_matmul(x, w),
+        }
+    }
+
     pub(super) fn linear_matmul(&self, x: &Tensor, w: &CandleLinear) -> BResult<Tensor> {
         let _p = profile::span(match w {
             CandleLinear::Dense(_) => "matmul.dense",

@@ -179,6 +179,10 @@ impl Backend for CandleBackend {
         self.linear_matmul(x, w)
     }
 
+    fn draft_matmul(&self, x: &Tensor, w: &CandleLinear) -> BResult<Tensor> {
+        self.draft_linear_matmul(x, w)
+    }
+
     fn embedding(&self, table: &Tensor, ids: &Tensor) -> BResult<Tensor> {
         let _p = profile::span("embedding");
         // bounds-check on the host: an id past the table is an error, not garbage

@@ -30,6 +30,9 @@ pub struct CandleBackend {
     /// (`backend/cpu/qexact.rs`: the dense f32 copy's bits) where the CPU has it;
     /// `DSPARK_EXACT_PACKED=0` keeps the dense copy ([`CandleBackend::with_exact_packed`]).
     pub(super) exact_packed: bool,
+    /// Drafters' heads over exactly packed weights run the exact kernel too, instead of the
+    /// faster 8-bit-activation one ([`CandleBackend::with_exact_drafts`]; `DSPARK_EXACT_DRAFTS=1`).
+    pub(super) exact_drafts: bool,
     /// What each loaded weight became (see `take_load_report`).
     pub(super) report: std::sync::Arc<std::sync::Mutex<crate::backend::load_report::LoadReport>>,
     /// The last attention mask built, with its key: every layer of one forward asks for the
@@ -76,6 +79,7 @@ impl CandleBackend {
             cpu_device_argmax: false,
             cpu_fused_swiglu: false,
             exact_packed: std::env::var("DSPARK_EXACT_PACKED").map_or(true, |v| v != "0"),
+            exact_drafts: std::env::var("DSPARK_EXACT_DRAFTS").is_ok_and(|v| v == "1"),
             step_graphs: false,
             report: Default::default(),
             last_mask: Default::default(),
@@ -104,6 +108,7 @@ impl CandleBackend {
             cpu_device_argmax: false,
             cpu_fused_swiglu: false,
             exact_packed: false,
+            exact_drafts: false,
             own_kernels: cfg!(feature = "cuda")
                 && std::env::var("DSPARK_CUDA_KERNELS").map_or(true, |v| v != "0"),
             step_graphs: steps::graphs_from_env(),
@@ -139,6 +144,14 @@ impl CandleBackend {
     /// arithmetic (on by default where the CPU runs it; off: the dense f32 copy).
     pub fn with_exact_packed(mut self, on: bool) -> Self {
         self.exact_packed = on;
+        self
+    }
+
+    /// Whether a drafter's head over exactly packed weights ([`Backend::draft_matmul`]) runs
+    /// the exact kernel (the target head's arithmetic, as a reference evaluator drafts) rather
+    /// than the faster 8-bit-activation kernel (the default).
+    pub fn with_exact_drafts(mut self, on: bool) -> Self {
+        self.exact_drafts = on;
         self
     }
 
