@@ -19,6 +19,37 @@ fn rng(seed: &mut u64) -> f32 {
     ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
 }
 
+/// How far 8-bit activation rounding may move the dot product of `x` and `w`:
+/// Σ_blocks Σ_i |w_i| · max|x_block| / 254.
+fn rounding_bound(x: &[f32], w: &[f32]) -> f64 {
+    x.chunks(32)
+        .zip(w.chunks(32))
+        .map(|(xb, wb)| {
+            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
+            wb.iter().map(|v| v.abs() as f64).sum::<f64>() * amax / 254.0
+        })
+        .sum()
+}
+
+/// `got` (8-bit activations) against `want` (the f32 product) for rows `x[m, k]` and the
+/// weight `w[n, k]`, on about a hundred sampled columns (the embedding has 49152 rows): within
+/// [`rounding_bound`] plus 1e-5 relative f32 slop, never NaN.
+fn within_rounding(name: &str, x: &[f32], w: &[f32], got: &[f32], want: &[f32], k: usize) {
+    let n = w.len() / k;
+    for (r, xr) in x.chunks(k).enumerate() {
+        for j in (0..n).step_by((n / 97).max(1)) {
+            let bound = rounding_bound(xr, &w[j * k..(j + 1) * k]);
+            let (q, d) = (got[r * n + j] as f64, want[r * n + j] as f64);
+            assert!(!q.is_nan() && !d.is_nan(), "{name}: NaN");
+            let tol = bound + 1e-5 * (1.0 + d.abs());
+            assert!(
+                (q - d).abs() <= tol,
+                "{name} [{r},{j}]: 8-bit {q} vs f32 {d} (bound {tol})"
+            );
+        }
+    }
+}
+
 #[test]
 fn quantized_matmul_on_real_tensors_is_within_the_activation_rounding_bound() {
     let src = GgufSource::open(&artefact("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
@@ -51,28 +82,7 @@ fn quantized_matmul_on_real_tensors_is_within_the_activation_rounding_bound() {
             let xq = quant.from_f32(&x, &[1, m, k]).unwrap();
             let yq = quant.to_f32_vec(&quant.matmul(&xq, &wq).unwrap()).unwrap();
             let yd = dense.to_f32_vec(&dense.matmul(&xq, &wd).unwrap()).unwrap();
-            for r in 0..m {
-                let xr = &x[r * k..(r + 1) * k];
-                // sample columns (the embedding has 49152 rows)
-                for j in (0..n).step_by((n / 97).max(1)) {
-                    let wj = &w[j * k..(j + 1) * k];
-                    let bound: f64 = xr
-                        .chunks(32)
-                        .zip(wj.chunks(32))
-                        .map(|(xb, wb)| {
-                            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
-                            wb.iter().map(|v| v.abs() as f64).sum::<f64>() * amax / 254.0
-                        })
-                        .sum::<f64>();
-                    let (q, d) = (yq[r * n + j] as f64, yd[r * n + j] as f64);
-                    assert!(!q.is_nan() && !d.is_nan(), "{name}: NaN");
-                    let tol = bound + 1e-5 * (1.0 + d.abs());
-                    assert!(
-                        (q - d).abs() <= tol,
-                        "{name} [{r},{j}]: quantized {q} vs dequantized {d} (bound {tol})"
-                    );
-                }
-            }
+            within_rounding(name, &x, &w, &yq, &yd, k);
             if m == 5 {
                 // batch invariance: row 3 alone gives the same bits as in the batch of 5
                 let x1 = quant.from_f32(&x[3 * k..4 * k], &[1, 1, k]).unwrap();
@@ -122,7 +132,7 @@ fn draft_head_on_exactly_packed_weights_runs_the_8bit_kernel() {
         "model.layers.3.mlp.up_proj.weight",
     ] {
         let host = src.get(name).unwrap();
-        let (n, k) = (host.shape()[0], host.shape()[1]);
+        let k = host.shape()[1];
         let w = host.to_f32().unwrap();
         let (wf, we) = (fast.linear(&host).unwrap(), exact.linear(&host).unwrap());
         for m in [1usize, 3] {
@@ -142,26 +152,7 @@ fn draft_head_on_exactly_packed_weights_runs_the_8bit_kernel() {
                 continue;
             }
             assert_ne!(drafted, full, "{name}: the 8-bit kernel ran");
-            for r in 0..m {
-                let xr = &x[r * k..(r + 1) * k];
-                for j in (0..n).step_by((n / 97).max(1)) {
-                    let wj = &w[j * k..(j + 1) * k];
-                    let bound: f64 = xr
-                        .chunks(32)
-                        .zip(wj.chunks(32))
-                        .map(|(xb, wb)| {
-                            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
-                            wb.iter().map(|v| v.abs() as f64).sum::<f64>() * amax / 254.0
-                        })
-                        .sum::<f64>();
-                    let (q, d) = (drafted[r * n + j] as f64, full[r * n + j] as f64);
-                    let tol = bound + 1e-5 * (1.0 + d.abs());
-                    assert!(
-                        (q - d).abs() <= tol,
-                        "{name} [{r},{j}]: drafted {q} vs exact {d} (bound {tol})"
-                    );
-                }
-            }
+            within_rounding(name, &x, &w, &drafted, &full, k);
         }
     }
 }
