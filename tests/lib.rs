@@ -50,7 +50,8 @@ pub fn selected_backend() -> Which {
 /// The candle backend of the suite: CPU, f32, drafting through the exact head
 /// ([`CandleBackend::with_exact_drafts`]) as the reference implementations do, so that the
 /// goldens' drafts compare id for id. The default, faster draft head is covered by the tests
-/// that build `CandleBackend::cpu()` themselves (smollm2_trained, spec_sampling_smollm2).
+/// that build their backend with `with_exact_drafts(false)` (smollm2_trained,
+/// spec_sampling_smollm2).
 pub fn candle_backend() -> CandleBackend {
     CandleBackend::cpu().with_exact_drafts(true)
 }
