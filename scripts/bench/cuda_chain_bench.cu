@@ -26,6 +26,9 @@
 #include KERNELS
 #else
 #include "../../crates/dspark-engine/src/backend/cuda/kernels.cu"
+// the balanced-grid GEMM trial (bal mode below); it needs this tree's gemm.cuh helpers
+#include "cuda_gemm_balanced.cuh"
+#define HAVE_BALANCED 1
 #endif
 #ifdef OLD_KERNELS
 #define ATT_OUT(o)
@@ -90,7 +93,38 @@ struct Layer { bf *qkv, *o, *gu, *down, *n_in, *n_post, *qn, *kn, *kc, *vc, *gu_
 static float* g_partial;
 static unsigned* g_counters;
 
+// `cuda_chain_bench bal qkv=NT,W,PER o=.. gu=.. down=..`: the ways "*_bal" run those layer
+// GEMMs on the balanced grid (cuda_gemm_balanced.cuh: PER blocks per SM of NT tiles and W warps); the
+// LM head keeps the engine's plan
+struct BalPlan { int nt = 0, w = 0, per = 0; };
+static BalPlan g_bal_qkv, g_bal_o, g_bal_gu, g_bal_down;
+static bool g_bal = false;
+static int g_sms = 132;
+
+static bool gemm_bal(const bf* x, const bf* w, bf* y, int m, int n, int k, bool glu) {
+    const BalPlan* p = nullptr;
+    if (!g_bal) return false;
+    if (n == (HQ + 2 * HKV) * D && k == H) p = &g_bal_qkv;
+    else if (n == H && k == H) p = &g_bal_o;
+    else if (n == 2 * I && k == H) p = &g_bal_gu;
+    else if (n == H && k == I) p = &g_bal_down;
+    if (!p || !p->nt) return false;
+#ifndef HAVE_BALANCED
+    fprintf(stderr, "bal mode needs this tree's kernels\n");
+    exit(2);
+#else
+#define BPICK(P)                                                                                 \
+    (p->nt == 4 ? (p->w == 4 ? P##_nt4_w4 : P##_nt4_w8) : p->nt == 2 ? (p->w == 4 ? P##_nt2_w4 : P##_nt2_w8) \
+                : (p->w == 4 ? P##_nt1_w4 : P##_nt1_w8))
+    auto f = glu ? BPICK(gemm_bal_glu_bf16) : BPICK(gemm_bal_bf16);
+#undef BPICK
+    go(f, dim3(p->per * g_sms), dim3(32 * p->w), true, x, w, y, m, n, k, k, 1, g_partial, g_counters);
+    return true;
+#endif
+}
+
 static void gemm(const bf* x, const bf* w, bf* y, int m, int n, int k, bool glu = false) {
+    if (gemm_bal(x, w, y, m, n, k, glu)) return;
     // the engine's plan (backend/cuda_shapes.rs gemm_plan)
     int nt, warps, splits;
     if (n >= 16384) { nt = 4; warps = 4; splits = 1; }
@@ -182,9 +216,24 @@ static void step(std::vector<Layer>& ls, bf* fnorm, bf* head, bf* cosb, bf* sinb
     go(argmax_rows_bf16, dim3(m), dim3(256), true, (const bf*)b.logits, b.ids, V, (long)V);
 }
 
-int main() {
+int main(int argc, char** argv) {
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
+    g_sms = prop.multiProcessorCount;
+    const bool bal_mode = argc > 1 && !strcmp(argv[1], "bal");
+    for (int a = 2; a < argc; ++a) {
+        char name[16];
+        BalPlan p;
+        if (sscanf(argv[a], "%15[^=]=%d,%d,%d", name, &p.nt, &p.w, &p.per) != 4) {
+            fprintf(stderr, "bad plan %s (want qkv|o|gu|down=NT,W,PER)\n", argv[a]);
+            return 2;
+        }
+        if (!strcmp(name, "qkv")) g_bal_qkv = p;
+        else if (!strcmp(name, "o")) g_bal_o = p;
+        else if (!strcmp(name, "gu")) g_bal_gu = p;
+        else if (!strcmp(name, "down")) g_bal_down = p;
+        else { fprintf(stderr, "bad plan name %s\n", name); return 2; }
+    }
     printf("{\"device\": \"%s\", \"sms\": %d, \"l2_mb\": %.1f}\n", prop.name, prop.multiProcessorCount,
            prop.l2CacheSize / 1048576.0);
     CK(cudaStreamCreateWithFlags(&g_s, cudaStreamNonBlocking));
@@ -233,7 +282,7 @@ int main() {
     printf("{\"weights_gb_per_step\": %.3f}\n", wbytes / 1e9);
 
     struct Way { const char* name; bool pdl; bool graph; bool qkv1 = false; bool glu = false;
-                 bool pre = true; bool nonorm = false; int attn = 0; };
+                 bool pre = true; bool nonorm = false; int attn = 0; bool bal = false; };
     // the engine: pdl_qkv1_glu (with PRE GEMMs), and pdl_attn_pre up to 8 key splits; first and
     // last, against drift
     const Way ways[] = {{"pdl_attn_pre", true, false, true, true, true, false, 1},
@@ -248,13 +297,24 @@ int main() {
                         {"pdl_attn_pre_h2", true, false, true, true, true, false, 4},
                         {"pdl_attn_cl", true, false, true, true, true, false, 2},
                         {"pdl_attn_pre", true, false, true, true, true, false, 1}};
+    // bal mode: the engine's way (clusters, 8-warp decode attention) with and without the
+    // balanced GEMMs, alternated; graphs of both
+    const Way bal_ways[] = {{"pdl_attn_cl_h2", true, false, true, true, true, false, 5},
+                            {"pdl_attn_cl_h2_bal", true, false, true, true, true, false, 5, true},
+                            {"graph_pdl_attn_cl_h2", true, true, true, true, true, false, 5},
+                            {"graph_pdl_attn_cl_h2_bal", true, true, true, true, true, false, 5, true},
+                            {"pdl_attn_cl_h2_bal", true, false, true, true, true, false, 5, true},
+                            {"pdl_attn_cl_h2", true, false, true, true, true, false, 5}};
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
     for (int ctx : {1024, 2048, 8192})
         for (int m : {1, 16}) {
+            if (bal_mode && ctx == 2048) continue;
             std::vector<uint32_t> ref_ids;
             std::vector<unsigned short> ref_x;
-            for (const Way& w : ways) {
+            for (const Way& w : bal_mode ? std::vector<Way>(std::begin(bal_ways), std::end(bal_ways))
+                                         : std::vector<Way>(std::begin(ways), std::end(ways))) {
+                g_bal = w.bal;
                 g_pdl = w.pdl;
                 g_qkv1 = w.qkv1;
                 g_glu = w.glu;

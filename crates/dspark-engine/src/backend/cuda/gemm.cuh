@@ -21,23 +21,21 @@
 // load, never by the kernel launched just before a GEMM); the bits are the same. Measured in
 // scripts/bench/cuda_chain_bench.cu (H200, 1024 context): a decode step 5.61 -> 5.12 ms, 16 rows
 // 6.37 -> 5.71; holding more chunks in registers, or L2 prefetches of later chunks, was slower.
-template <int NT, int W, int U, bool GLU, bool PRE>
-__device__ void gemm_rows(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                          __nv_bfloat16* __restrict__ y, int m, int n, int k, int ldx, int vec,
-                          int splits, float* __restrict__ partial, unsigned* __restrict__ counters) {
-    __shared__ float part[W][16][8 * NT];
-    __shared__ bool last;
+// Accumulates chunks [c_lo, c_hi) of the tile at column n0 into c (this warp's share: chunks
+// c_lo + warp, c_lo + warp + W, ...). With `enter`, the kernel's PDL wait happens here: after
+// the first chunks' weights are loaded when PRE.
+template <int NT, int W, int U, bool PRE>
+__device__ __forceinline__ void gemm_accumulate(const __nv_bfloat16* __restrict__ x,
+                                                const __nv_bfloat16* __restrict__ w, int m, int n,
+                                                int k, int ldx, int vec, long n0, long c_lo,
+                                                long c_hi, bool enter, float (&c)[NT][4]) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    const long n0 = (long)blockIdx.x * 8 * NT;
     const __nv_bfloat16* xa = x + (long)g * ldx;
     const __nv_bfloat16* xb = x + (long)(g + 8) * ldx;
     const bool alive = g < m, blive = g + 8 < m;
-    float c[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
-    const long chunks = (k + 31) / 32;
-    const long c_lo = chunks * blockIdx.y / splits, c_hi = chunks * (blockIdx.y + 1) / splits;
     // UNROLL chunks' loads are issued before their MMAs (bytes in flight); the MMAs still run
     // in chunk order
     constexpr int UNROLL = U / NT > 0 ? U / NT : 1;
@@ -76,16 +74,25 @@ __device__ void gemm_rows(const __nv_bfloat16* __restrict__ x, const __nv_bfloat
     };
     uint32_t wr[UNROLL][NT][4];
     long ch0 = c_lo + warp;
-    if (PRE) load_w(wr, ch0);
-    pdl_enter();
-    if (PRE) {
-        if (ch0 < c_hi) consume(wr, ch0);
-        ch0 += step;
+    if (enter) {
+        if (PRE) load_w(wr, ch0);
+        pdl_enter();
+        if (PRE) {
+            if (ch0 < c_hi) consume(wr, ch0);
+            ch0 += step;
+        }
     }
     for (; ch0 < c_hi; ch0 += step) {
         load_w(wr, ch0);
         consume(wr, ch0);
     }
+}
+
+// The warps' tiles into `part` (one [16][8 * NT] tile per warp, summed later in warp order).
+template <int NT, int W>
+__device__ __forceinline__ void gemm_park(const float (&c)[NT][4], float (&part)[W][16][8 * NT]) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
         part[warp][g][8 * j + 2 * t] = c[j][0];
@@ -93,60 +100,66 @@ __device__ void gemm_rows(const __nv_bfloat16* __restrict__ x, const __nv_bfloat
         part[warp][g + 8][8 * j + 2 * t] = c[j][2];
         part[warp][g + 8][8 * j + 2 * t + 1] = c[j][3];
     }
-    __syncthreads();
-    if (GLU && splits == 1) {
+}
+
+// Writes one tile's outputs from its f32 sums, `sum(row, col)` with col inside the tile:
+// rounded to bf16, or with GLU each (gate, up) pair rounded to bf16 and `silu_mul` of them.
+template <int NT, bool GLU, typename Sum>
+__device__ __forceinline__ void gemm_store(__nv_bfloat16* __restrict__ y, int m, int n, long n0,
+                                           Sum sum) {
+    if (GLU) {
         for (int e = threadIdx.x; e < 16 * 4 * NT; e += blockDim.x) {
             const int row = e / (4 * NT), p = e % (4 * NT);
-            if (row < m && n0 + 2 * p + 1 < n) {
-                float g = 0.f, u = 0.f;
-                for (int v = 0; v < W; ++v) g += part[v][row][2 * p];
-                for (int v = 0; v < W; ++v) u += part[v][row][2 * p + 1];
+            if (row < m && n0 + 2 * p + 1 < n)
                 y[(long)row * (n / 2) + n0 / 2 + p] =
-                    silu_mul(__float2bfloat16(g), __float2bfloat16(u));
-            }
+                    silu_mul(__float2bfloat16(sum(row, 2 * p)), __float2bfloat16(sum(row, 2 * p + 1)));
         }
+    } else {
+        for (int e = threadIdx.x; e < 16 * 8 * NT; e += blockDim.x) {
+            const int row = e / (8 * NT), col = e % (8 * NT);
+            if (row < m && n0 + col < n) y[(long)row * n + n0 + col] = __float2bfloat16(sum(row, col));
+        }
+    }
+}
+
+template <int NT, int W, int U, bool GLU, bool PRE>
+__device__ void gemm_rows(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
+                          __nv_bfloat16* __restrict__ y, int m, int n, int k, int ldx, int vec,
+                          int splits, float* __restrict__ partial, unsigned* __restrict__ counters) {
+    __shared__ float part[W][16][8 * NT];
+    __shared__ bool last;
+    const long n0 = (long)blockIdx.x * 8 * NT;
+    const long chunks = (k + 31) / 32;
+    const long c_lo = chunks * blockIdx.y / splits, c_hi = chunks * (blockIdx.y + 1) / splits;
+    float c[NT][4];
+    gemm_accumulate<NT, W, U, PRE>(x, w, m, n, k, ldx, vec, n0, c_lo, c_hi, true, c);
+    gemm_park<NT, W>(c, part);
+    __syncthreads();
+    auto warps_sum = [&](int row, int col) {
+        float s = 0.f;
+        for (int v = 0; v < W; ++v) s += part[v][row][col];
+        return s;
+    };
+    if (splits == 1) {
+        gemm_store<NT, GLU>(y, m, n, n0, warps_sum);
         return;
     }
     for (int e = threadIdx.x; e < 16 * 8 * NT; e += blockDim.x) {
         const int row = e / (8 * NT), col = e % (8 * NT);
-        if (row < m && n0 + col < n) {
-            float s = 0.f;
-            for (int v = 0; v < W; ++v) s += part[v][row][col];
-            if (splits == 1)
-                y[(long)row * n + n0 + col] = __float2bfloat16(s);
-            else
-                partial[((long)blockIdx.y * m + row) * n + n0 + col] = s;
-        }
+        if (row < m && n0 + col < n)
+            partial[((long)blockIdx.y * m + row) * n + n0 + col] = warps_sum(row, col);
     }
-    if (splits == 1) return;
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned)splits - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
-    if (GLU) {
-        for (int e = threadIdx.x; e < 16 * 4 * NT; e += blockDim.x) {
-            const int row = e / (4 * NT), p = e % (4 * NT);
-            const long col = n0 + 2 * p;
-            if (row < m && col + 1 < n) {
-                float g = 0.f, u = 0.f;
-                for (int r = 0; r < splits; ++r) g += __ldcg(&partial[((long)r * m + row) * n + col]);
-                for (int r = 0; r < splits; ++r)
-                    u += __ldcg(&partial[((long)r * m + row) * n + col + 1]);
-                y[(long)row * (n / 2) + col / 2] = silu_mul(__float2bfloat16(g), __float2bfloat16(u));
-            }
-        }
-    } else {
-        for (int e = threadIdx.x; e < 16 * 8 * NT; e += blockDim.x) {
-            const int row = e / (8 * NT), col = e % (8 * NT);
-            if (row < m && n0 + col < n) {
-                float s = 0.f;
-                for (int r = 0; r < splits; ++r) s += __ldcg(&partial[((long)r * m + row) * n + n0 + col]);
-                y[(long)row * n + n0 + col] = __float2bfloat16(s);
-            }
-        }
-    }
+    gemm_store<NT, GLU>(y, m, n, n0, [&](int row, int col) {
+        float s = 0.f;
+        for (int r = 0; r < splits; ++r) s += __ldcg(&partial[((long)r * m + row) * n + n0 + col]);
+        return s;
+    });
     if (threadIdx.x == 0) counters[blockIdx.x] = 0u;
 }
 
