@@ -44,11 +44,7 @@ __device__ void gemm_balanced(const __nv_bfloat16* __restrict__ x,
         __syncthreads();  // the previous segment's readers of `part` are done
         gemm_park<NT, W>(c, part);
         __syncthreads();
-        auto warps_sum = [&](int row, int col) {
-            float s = 0.f;
-            for (int v = 0; v < W; ++v) s += part[v][row][col];
-            return s;
-        };
+        auto warps_sum = [&](int row, int col) { return gemm_warps_sum<NT, W>(part, row, col); };
         u += c_hi - c_lo;
         if (c_lo == 0 && c_hi == chunks) {
             gemm_store<NT, GLU>(y, m, n, n0, warps_sum);

@@ -70,28 +70,40 @@ static std::vector<unsigned short> host(const bf* p, long n) {
 
 static int balanced_sweep();
 
-int main(int argc, char** argv) {
-    if (argc > 1 && !strcmp(argv[1], "balanced")) return balanced_sweep();
-    const int L = 36;
+// Qwen3-8B's projection shapes (36 layers' distinct weights each, the LM head once)
+struct Shape { const char* name; int n, k, layers; };
+static const Shape shapes[] = {{"qkv", 6144, 4096, 36}, {"o", 4096, 4096, 36}, {"gate_up", 24576, 4096, 36},
+                               {"down", 4096, 12288, 36}, {"lm_head", 151936, 4096, 1}};
+
+// The stream, the split GEMMs' partial sums and counters, 16 random rows of x and two outputs.
+static void setup(bf*& x, bf*& y, bf*& y2) {
     CK(cudaStreamCreateWithFlags(&g_s, cudaStreamNonBlocking));
     CK(cudaMalloc(&g_partial, 8L * 16 * 160000 * 4));
     CK(cudaMalloc(&g_counters, 200000 * 4));
     CK(cudaMemset(g_counters, 0, 200000 * 4));
-    Timer tm;
-    struct Shape { const char* name; int n, k, layers; } shapes[] = {
-        {"qkv", 6144, 4096, L}, {"o", 4096, 4096, L}, {"gate_up", 24576, 4096, L},
-        {"down", 4096, 12288, L}, {"lm_head", 151936, 4096, 1}};
-    bf *x, *y, *y2;
     CK(cudaMalloc(&x, 16L * 2 * 12288 * 2));
     CK(cudaMalloc(&y, 16L * 160000 * 2));
     CK(cudaMalloc(&y2, 16L * 160000 * 2));
     fill_rand<<<1024, 256, 0, g_s>>>(x, 16L * 2 * 12288, 7, 4.f);
-    for (auto& s : shapes) {
-        std::vector<bf*> ws(s.layers);
-        for (int l = 0; l < s.layers; ++l) {
-            CK(cudaMalloc(&ws[l], (long)s.n * s.k * 2));
-            fill_rand<<<1024, 256, 0, g_s>>>(ws[l], (long)s.n * s.k, 100 + l, 0.05f);
-        }
+}
+
+// The shape's distinct random weights, one per layer.
+static std::vector<bf*> weights(const Shape& s) {
+    std::vector<bf*> ws(s.layers);
+    for (int l = 0; l < s.layers; ++l) {
+        CK(cudaMalloc(&ws[l], (long)s.n * s.k * 2));
+        fill_rand<<<1024, 256, 0, g_s>>>(ws[l], (long)s.n * s.k, 100 + l, 0.05f);
+    }
+    return ws;
+}
+
+int main(int argc, char** argv) {
+    if (argc > 1 && !strcmp(argv[1], "balanced")) return balanced_sweep();
+    Timer tm;
+    bf *x, *y, *y2;
+    setup(x, y, y2);
+    for (const Shape& s : shapes) {
+        std::vector<bf*> ws = weights(s);
         const double bytes = (double)s.n * s.k * 2 * s.layers;
         std::vector<unsigned short> ref;
         for (auto& c : CFGS)
@@ -132,29 +144,14 @@ int main(int argc, char** argv) {
 // of a 16-row call has the bits of the same row alone (rows 0 and 13), and how far the sums are
 // from the tile-per-block kernel's (only split tiles may differ, by f32 rounding).
 static int balanced_sweep() {
-    const int L = 36;
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    CK(cudaStreamCreateWithFlags(&g_s, cudaStreamNonBlocking));
-    CK(cudaMalloc(&g_partial, 8L * 16 * 160000 * 4));
-    CK(cudaMalloc(&g_counters, 200000 * 4));
-    CK(cudaMemset(g_counters, 0, 200000 * 4));
     Timer tm;
-    struct Shape { const char* name; int n, k, layers; } shapes[] = {
-        {"qkv", 6144, 4096, L}, {"o", 4096, 4096, L}, {"gate_up", 24576, 4096, L},
-        {"down", 4096, 12288, L}, {"lm_head", 151936, 4096, 1}};
     bf *x, *y, *y2;
-    CK(cudaMalloc(&x, 16L * 2 * 12288 * 2));
-    CK(cudaMalloc(&y, 16L * 160000 * 2));
-    CK(cudaMalloc(&y2, 16L * 160000 * 2));
-    fill_rand<<<1024, 256, 0, g_s>>>(x, 16L * 2 * 12288, 7, 4.f);
+    setup(x, y, y2);
     printf("{\"sms\": %d}\n", sms);
-    for (auto& s : shapes) {
-        std::vector<bf*> ws(s.layers);
-        for (int l = 0; l < s.layers; ++l) {
-            CK(cudaMalloc(&ws[l], (long)s.n * s.k * 2));
-            fill_rand<<<1024, 256, 0, g_s>>>(ws[l], (long)s.n * s.k, 100 + l, 0.05f);
-        }
+    for (const Shape& s : shapes) {
+        std::vector<bf*> ws = weights(s);
         const double bytes = (double)s.n * s.k * 2 * s.layers;
         auto time = [&](auto&& launch, int m) {
             float best = 1e9;

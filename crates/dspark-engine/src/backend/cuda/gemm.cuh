@@ -102,6 +102,14 @@ __device__ __forceinline__ void gemm_park(const float (&c)[NT][4], float (&part)
     }
 }
 
+// One output's sum over the warps' tiles, in warp order.
+template <int NT, int W>
+__device__ __forceinline__ float gemm_warps_sum(const float (&part)[W][16][8 * NT], int row, int col) {
+    float s = 0.f;
+    for (int v = 0; v < W; ++v) s += part[v][row][col];
+    return s;
+}
+
 // Writes one tile's outputs from its f32 sums, `sum(row, col)` with col inside the tile:
 // rounded to bf16, or with GLU each (gate, up) pair rounded to bf16 and `silu_mul` of them.
 template <int NT, bool GLU, typename Sum>
@@ -135,11 +143,7 @@ __device__ void gemm_rows(const __nv_bfloat16* __restrict__ x, const __nv_bfloat
     gemm_accumulate<NT, W, U, PRE>(x, w, m, n, k, ldx, vec, n0, c_lo, c_hi, true, c);
     gemm_park<NT, W>(c, part);
     __syncthreads();
-    auto warps_sum = [&](int row, int col) {
-        float s = 0.f;
-        for (int v = 0; v < W; ++v) s += part[v][row][col];
-        return s;
-    };
+    auto warps_sum = [&](int row, int col) { return gemm_warps_sum<NT, W>(part, row, col); };
     if (splits == 1) {
         gemm_store<NT, GLU>(y, m, n, n0, warps_sum);
         return;
