@@ -3,7 +3,9 @@
 # twelfth slice): the sweep (target/cuda/kbench/cuda_gemm_sweep balanced),
 # then the chain bench's step with and without the balanced layer GEMMs, each layer shape on the
 # sweep's fastest (NT, W, blocks per SM) by the sum of its 1-row and 16-row times. Needs only the
-# driver (static cudart); carry target/cuda/kbench. JSON lines to $OUT (or target/cuda/run).
+# driver (static cudart). The two binaries are 17 MB, so carry them packed (tar of cuda_gemm_sweep
+# and cuda_chain_bench through xz, unpacked into target/cuda/kbench on the GPU machine) when the
+# CUDA pack travels in the same call. JSON lines to $OUT (or target/cuda/run).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 LOG=${OUT:-$PWD/target/cuda/run}
