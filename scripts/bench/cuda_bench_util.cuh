@@ -1,7 +1,7 @@
 // Shared by the stand-alone CUDA benches (cuda_kernel_bench.cu, cuda_chain_bench.cu,
 // cuda_gemm_sweep.cu): the error check, a deterministic bf16 fill from a seed (hashed index,
-// uniform in [-scale/2, scale/2)) and a kernel launch with or without programmatic dependent
-// launch, as the engine's launch.rs puts its kernels on the stream.
+// uniform in [-scale/2, scale/2)), a kernel launch with or without programmatic dependent
+// launch, as the engine's launch.rs puts its kernels on the stream, and the engine's GEMM plan.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -57,3 +57,18 @@ static void launch_cl(cudaStream_t s, bool pdl, unsigned cluster_x, void (*k)(K.
     cfg.numAttrs = n;
     CK(cudaLaunchKernelEx(&cfg, k, args...));
 }
+
+// The engine's few-row bf16 GEMM plan for an [n, k] weight (backend/cuda_shapes.rs gemm_plan):
+// 8-column tiles per block, warps, K ranges.
+static void engine_gemm_plan(int n, int k, int& nt, int& warps, int& splits) {
+    if (n >= 16384) { nt = 4; warps = 4; splits = 1; }
+    else if (n >= 6144) { nt = 2; warps = 8; splits = 1; }
+    else if (k >= 2048) { nt = 2; warps = 4; splits = 4; }
+    else { nt = 1; warps = 8; splits = 1; }
+}
+
+// The kernel `P_nt{NT}_w{W}` of a family instantiated for NT in {1, 2, 4} and W in {4, 8}.
+#define PICK_NT_W(P, NT, W)                                                                    \
+    ((NT) == 4 ? ((W) == 4 ? P##_nt4_w4 : P##_nt4_w8)                                          \
+     : (NT) == 2 ? ((W) == 4 ? P##_nt2_w4 : P##_nt2_w8)                                        \
+                 : ((W) == 4 ? P##_nt1_w4 : P##_nt1_w8))

@@ -113,11 +113,7 @@ static bool gemm_bal(const bf* x, const bf* w, bf* y, int m, int n, int k, bool 
     fprintf(stderr, "bal mode needs this tree's kernels\n");
     exit(2);
 #else
-#define BPICK(P)                                                                                 \
-    (p->nt == 4 ? (p->w == 4 ? P##_nt4_w4 : P##_nt4_w8) : p->nt == 2 ? (p->w == 4 ? P##_nt2_w4 : P##_nt2_w8) \
-                : (p->w == 4 ? P##_nt1_w4 : P##_nt1_w8))
-    auto f = glu ? BPICK(gemm_bal_glu_bf16) : BPICK(gemm_bal_bf16);
-#undef BPICK
+    auto f = glu ? PICK_NT_W(gemm_bal_glu_bf16, p->nt, p->w) : PICK_NT_W(gemm_bal_bf16, p->nt, p->w);
     go(f, dim3(p->per * g_sms), dim3(32 * p->w), true, x, w, y, m, n, k, k, 1, g_partial, g_counters);
     return true;
 #endif
@@ -125,21 +121,13 @@ static bool gemm_bal(const bf* x, const bf* w, bf* y, int m, int n, int k, bool 
 
 static void gemm(const bf* x, const bf* w, bf* y, int m, int n, int k, bool glu = false) {
     if (gemm_bal(x, w, y, m, n, k, glu)) return;
-    // the engine's plan (backend/cuda_shapes.rs gemm_plan)
     int nt, warps, splits;
-    if (n >= 16384) { nt = 4; warps = 4; splits = 1; }
-    else if (n >= 6144) { nt = 2; warps = 8; splits = 1; }
-    else if (k >= 2048) { nt = 2; warps = 4; splits = 4; }
-    else { nt = 1; warps = 8; splits = 1; }
+    engine_gemm_plan(n, k, nt, warps, splits);
     dim3 grid((n + 8 * nt - 1) / (8 * nt), splits);
-#define PICK(P)                                                                                \
-    (nt == 4 ? (warps == 4 ? P##_nt4_w4 : P##_nt4_w8) : nt == 2 ? (warps == 4 ? P##_nt2_w4 : P##_nt2_w8) \
-             : (warps == 4 ? P##_nt1_w4 : P##_nt1_w8))
     // the engine's kernels load their first weights before the PDL wait (gemm.cuh PRE); the
     // "nopre" ways take the same kernels without that
-    auto f = g_pre ? (glu ? PICK(gemm_rows_glu_bf16) : PICK(gemm_rows_bf16))
-                   : (glu ? PICK(gemm_rows_nopre_glu_bf16) : PICK(gemm_rows_nopre_bf16));
-#undef PICK
+    auto f = g_pre ? (glu ? PICK_NT_W(gemm_rows_glu_bf16, nt, warps) : PICK_NT_W(gemm_rows_bf16, nt, warps))
+                   : (glu ? PICK_NT_W(gemm_rows_nopre_glu_bf16, nt, warps) : PICK_NT_W(gemm_rows_nopre_bf16, nt, warps));
     go(f, grid, dim3(32 * warps), true, x, w, y, m, n, k, k, 1, splits,
        splits > 1 ? g_partial : (float*)nullptr, splits > 1 ? g_counters : (unsigned*)nullptr);
 }

@@ -36,15 +36,10 @@ static void go(void (*k)(K...), dim3 grid, dim3 block, A... args) {
 static float* g_partial;
 static unsigned* g_counters;
 
-template <int NT, int W>
-__global__ void __launch_bounds__(W * 32)
-    sweep_bal(const bf* x, const bf* w, bf* y, int m, int n, int k, int ldx, int vec, float* partial,
-              unsigned* counters) {
-    gemm_balanced<NT, W, 4, false, true>(x, w, y, m, n, k, ldx, vec, partial, counters);
-}
+// the balanced trial's kernels as cuda_gemm_balanced.cuh instantiates them (U = 4)
 typedef void (*BalFn)(const bf*, const bf*, bf*, int, int, int, int, int, float*, unsigned*);
 struct Bal { const char* name; BalFn f; int nt, w; };
-#define B(NT, W) {"bal_nt" #NT "_w" #W, sweep_bal<NT, W>, NT, W}
+#define B(NT, W) {"bal_nt" #NT "_w" #W, gemm_bal_bf16_nt##NT##_w##W, NT, W}
 static Bal BALS[] = {B(1, 4), B(2, 4), B(4, 4), B(1, 8), B(2, 8), B(4, 8)};
 static void bal(const Bal& c, const bf* x, const bf* w, bf* y, int m, int n, int k, int blocks, int ldx) {
     go(c.f, dim3(blocks), dim3(c.w * 32), x, w, y, m, n, k, ldx, 1, g_partial, g_counters);
@@ -165,10 +160,7 @@ static int balanced_sweep() {
         };
         // the engine's plan today
         int nt, wp, sp;
-        if (s.n >= 16384) { nt = 4; wp = 4; sp = 1; }
-        else if (s.n >= 6144) { nt = 2; wp = 8; sp = 1; }
-        else if (s.k >= 2048) { nt = 2; wp = 4; sp = 4; }
-        else { nt = 1; wp = 8; sp = 1; }
+        engine_gemm_plan(s.n, s.k, nt, wp, sp);
         const Cfg* plan = nullptr;
         for (auto& c : CFGS) if (c.nt == nt && c.w == wp && c.u == 4) plan = &c;
         for (int m : {1, 16}) {
