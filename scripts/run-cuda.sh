@@ -28,6 +28,9 @@
 #   --graphs: the same with the fixed-shape steps replayed as CUDA graphs (DSPARK_CUDA_GRAPHS=1)
 #          and without them (=0: every op launched by the host), plus both oracle runs (DFlash-
 #          and DSpark-shaped drafters at tau 2, 4, 6.5) each way
+#   --markov: the DSpark-shaped oracle runs (tau 2, 4, 6.5) with DSpark's greedy chain fused
+#          (the default, one launch a draft row) and op by op (DSPARK_CUDA_MARKOV=0),
+#          alternated twice in one call
 #   --spec: only the two oracle runs of --q8b (DFlash- and DSpark-shaped drafters, tau 2, 4, 6.5)
 #   --vs-hf: dspark's baseline decode and HF transformers (static cache, then torch.compile
 #            reduce-overhead) on the same checkpoint and ids at 1024 and 8192 context, one call
@@ -36,7 +39,7 @@
 # target/cuda/run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 VER=0 PDL=0 QKV1=0 GLU=0 PRE=0 GRAPHS=0 SPEC=0 CLU=0 H2=0 PACK=target/cuda/carry/cuda-bins.tar.xz
+Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 VER=0 PDL=0 QKV1=0 GLU=0 PRE=0 GRAPHS=0 SPEC=0 CLU=0 H2=0 MARKOV=0 PACK=target/cuda/carry/cuda-bins.tar.xz
 for a in "$@"; do
   case $a in
     --q8b) Q8B=1 ;;
@@ -53,6 +56,7 @@ for a in "$@"; do
     --cluster) CLU=1 ;;
     --h2) H2=1 ;;
     --spec) SPEC=1 ;;
+    --markov) MARKOV=1 ;;
     *) PACK=$a ;;
   esac
 done
@@ -128,6 +132,16 @@ if [ $Q8B = 1 ]; then
   # 8192 context: baseline and verify cost
   q $B --max-tokens 128 --prompt-ids $M/prompt_ids_8192.json --mode baseline --verify-cost 4,8,16 \
     --out "$LOG/bench_q8b_8192.json"
+fi
+if [ $MARKOV = 1 ]; then
+  checkpoint
+  B="$BIN/dspark bench --model $M --device cuda --dtype bf16 --mem-bandwidth-gbs 4130 --max-tokens 128 \
+    --prompt-ids $M/prompt_ids.json --mode dspark --drafter $M/dspark-b7 --confidence-threshold 0 \
+    --baseline-only --oracle-tau 2,4,6.5"
+  q() { echo "== $*" >>"$LOG/q8b.txt"; ( time timeout 150 "$@" ) >>"$LOG/q8b.txt" 2>&1; tail -8 "$LOG/q8b.txt"; }
+  for r in 1 2; do
+    for e in 1 0; do q env DSPARK_CUDA_MARKOV=$e $B --out "$LOG/bench_markov${e}_$r.json"; done
+  done
 fi
 if [ $VER = 1 ]; then
   checkpoint

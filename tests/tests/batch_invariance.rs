@@ -206,6 +206,85 @@ fn cuda_device_argmax_follows_the_host_rule() {
     }
 }
 
+/// DSpark's greedy chain fused on the device (`markov.cuh`, one launch a row) gives the ids of
+/// the ops one by one that `drafters/dspark.rs` runs without it (gather of `w1[prev]`, the
+/// `[vocab, rank]` GEMM, casts to f32, add, argmax): vocabularies that end inside a column tile,
+/// ranks whose rows are not 16-byte multiples, bf16 and f32 logits, coarse values with many
+/// ties after the add, NaN entries and rows of -inf (whose id 0 the next row's bias reads). A
+/// weight shape whose GEMM splits K is left to the ops (`None`).
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_markov_chain_fused_equals_the_ops() {
+    use dspark_engine::backend::DType;
+    use dspark_engine::weights::HostTensor;
+    let b = CandleBackend::cuda(0)
+        .unwrap_or_else(|e| panic!("cuda:0: {e}"))
+        .with_dtype(DType::BF16);
+    let mut s = 11u64;
+    let mut coarse = |steps: u64, unit: f32| {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((s >> 40) % steps) as f32 * unit - (steps / 2) as f32 * unit
+    };
+    let cases = [
+        (1000usize, 16usize, 7usize, false),
+        (5003, 64, 7, true),
+        (20000, 40, 5, false),
+        (49152, 16, 16, true),
+        (151936, 256, 7, false),
+    ];
+    for (case, &(vocab, rank, n, f32_logits)) in cases.iter().enumerate() {
+        let w1: Vec<f32> = (0..vocab * rank).map(|_| coarse(16, 0.125)).collect();
+        let w2: Vec<f32> = (0..vocab * rank).map(|_| coarse(8, 0.0625)).collect();
+        let mut logits: Vec<f32> = (0..n * vocab).map(|_| coarse(32, 0.25)).collect();
+        logits[vocab + 3] = f32::NAN;
+        logits[2 * vocab..3 * vocab].fill(f32::NEG_INFINITY);
+        logits[4 * vocab + 1] = f32::NAN;
+        let w1 = b.from_f32(&w1, &[vocab, rank]).unwrap();
+        let w2 = b
+            .linear(&HostTensor::from_f32(vec![vocab, rank], &w2))
+            .unwrap();
+        let mut logits = b.from_f32(&logits, &[1, n, vocab]).unwrap();
+        if f32_logits {
+            logits = b.to_dtype(&logits, DType::F32).unwrap();
+        }
+        let pending = (case * 997 % vocab) as u32;
+        let mut want = Vec::new();
+        let mut prev = pending;
+        for i in 0..n {
+            let row = b
+                .to_dtype(&b.narrow(&logits, 1, i, 1).unwrap(), DType::F32)
+                .unwrap();
+            let e = b.embedding_ids(&w1, &[prev], &[1]).unwrap();
+            let bias = b
+                .reshape(&b.matmul(&e, &w2).unwrap(), &[1, 1, vocab])
+                .unwrap();
+            let sum = b
+                .add(&row, &b.to_dtype(&bias, DType::F32).unwrap())
+                .unwrap();
+            prev = b.to_u32_vec(&b.argmax_last(&sum).unwrap()).unwrap()[0];
+            want.push(prev);
+        }
+        assert_eq!(want[2], 0, "case {case}: a row of -inf gives id 0");
+        let got = b
+            .markov_greedy(&logits, &w1, &w2, pending, n)
+            .unwrap()
+            .unwrap_or_else(|| panic!("case {case}: the fused chain takes {vocab} x {rank}"));
+        assert_eq!(b.to_u32_vec(&got).unwrap(), want, "case {case}");
+    }
+    // o / down-shaped: K split over blocks, not fused
+    let w2 = b
+        .linear(&HostTensor::from_f32(
+            vec![4096, 2048],
+            &vec![0.0; 4096 * 2048],
+        ))
+        .unwrap();
+    let w1 = b.from_f32(&vec![0.0; 4096 * 2048], &[4096, 2048]).unwrap();
+    let logits = b.from_f32(&vec![0.0; 4096], &[1, 1, 4096]).unwrap();
+    assert!(b.markov_greedy(&logits, &w1, &w2, 0, 1).unwrap().is_none());
+}
+
 /// One script of forwards on `m` (prefill, decode steps across the cache's growth, rollbacks,
 /// verify-sized blocks with and without taps and logits): every output, as bits.
 fn script<B: Backend>(b: &B, m: &Transformer<B>, prompt: &[u32]) -> Vec<Vec<u32>> {

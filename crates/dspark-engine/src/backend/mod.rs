@@ -308,6 +308,22 @@ pub trait Backend: Clone + Send + 'static {
     /// Index of the largest value along the last axis (u32), first index on ties (NaN never
     /// chosen): the rule of `sampling::argmax`.
     fn argmax_last(&self, x: &Self::Tensor) -> BResult<Self::Tensor>;
+    /// DSpark's greedy Markov chain in one fused form, where the backend has one: the ids `[n]`
+    /// of the first `n` rows of `logits` (`[1, n', vocab]`), row i's the [`Backend::argmax_last`]
+    /// of `f32(row i) + f32(w2 · w1[prev])` with `prev` = `pending` for row 0 and row i - 1's id
+    /// after it: exactly what the ops one by one give (`drafters/dspark.rs`). `None`: no fused
+    /// form for these tensors; the caller runs the ops.
+    fn markov_greedy(
+        &self,
+        logits: &Self::Tensor,
+        w1: &Self::Tensor,
+        w2: &Self::Linear,
+        pending: u32,
+        n: usize,
+    ) -> BResult<Option<Self::Tensor>> {
+        let _ = (logits, w1, w2, pending, n);
+        Ok(None)
+    }
     /// The most rows a [`Backend::run_step`] may replay from a captured graph (0: the backend
     /// has no graphs; every step runs its ops one by one).
     fn step_graph_rows(&self) -> usize {

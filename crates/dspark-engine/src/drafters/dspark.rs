@@ -129,7 +129,8 @@ impl<B: Backend> DSpark<B> {
     /// `logits` (`[1, n, vocab]`) plus the Markov bias of the token before, summed in f32 as
     /// the host path sums them. The ids stay on the device (each row's bias reads the row
     /// before's id there) and cross the bus once, all n together, instead of every row and
-    /// every bias as f32. Returns the drafts and the token before each.
+    /// every bias as f32; a backend with the chain fused ([`Backend::markov_greedy`]) runs it
+    /// as one launch a row. Returns the drafts and the token before each.
     fn greedy_on_device(
         &self,
         b: &B,
@@ -138,6 +139,18 @@ impl<B: Backend> DSpark<B> {
         pending: u32,
     ) -> Result<(Vec<u32>, Vec<u32>), EngineError> {
         let vocab = *b.dims(logits).last().unwrap_or(&0);
+        let fused = match (&self.markov_w1, &self.markov_w2) {
+            (Some(w1), Some(w2)) if n > 0 => b.markov_greedy(logits, w1, w2, pending, n)?,
+            _ => None,
+        };
+        if let Some(ids) = fused {
+            let tokens = b.to_u32_vec(&ids)?;
+            let prevs = std::iter::once(pending)
+                .chain(tokens.iter().copied())
+                .take(n)
+                .collect();
+            return Ok((tokens, prevs));
+        }
         let mut ids: Vec<B::Tensor> = Vec::with_capacity(n);
         for i in 0..n {
             let mut row = b.narrow(logits, 1, i, 1)?;

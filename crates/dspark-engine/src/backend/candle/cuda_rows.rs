@@ -1,10 +1,10 @@
-//! The candle backend's glue to our CUDA row kernels (`backend/cuda/rows.rs`, `rope.rs`):
-//! RMSNorm alone or after a residual add, and per-head norm + rotary, when dtype and layout fit;
-//! `None` sends the caller to candle's own ops.
+//! The candle backend's glue to our CUDA row kernels (`backend/cuda/rows.rs`, `rope.rs`,
+//! `markov.rs`): RMSNorm alone or after a residual add, per-head norm + rotary, and DSpark's
+//! greedy Markov chain, when dtype and layout fit; `None` sends the caller to the ops one by one.
 
 use candle_core::Tensor;
 
-use super::{cuda_dtype, cuda_ops, err, profile, CandleBackend, CandleRope};
+use super::{cuda_dtype, cuda_ops, err, profile, CandleBackend, CandleLinear, CandleRope};
 use crate::backend::{BResult, QkvHeads, RopeStyle};
 
 impl CandleBackend {
@@ -111,5 +111,39 @@ impl CandleBackend {
         }
         let _p = profile::span("qkv_rope_store");
         Some(q.apply_op3_no_bwd(heads.k, heads.v, &op).map_err(err))
+    }
+
+    /// DSpark's greedy Markov chain as one launch a row (`cuda_ops::MarkovGreedy`), where the
+    /// tensors fit it: bf16 `w1` and dense `w2` of an unsplit GEMM shape, f32 or bf16 logits.
+    pub(super) fn cuda_markov_greedy(
+        &self,
+        logits: &Tensor,
+        w1: &Tensor,
+        w2: &CandleLinear,
+        pending: u32,
+        n: usize,
+    ) -> Option<BResult<Tensor>> {
+        use candle_core::DType as CDType;
+        let CandleLinear::Dense(w2) = w2 else {
+            return None;
+        };
+        let vocab = *logits.dims().last()?;
+        let fits = self.cuda_kernels()
+            && cuda_ops::markov_enabled()
+            && cuda_dtype(logits.dtype())
+            && w1.dtype() == CDType::BF16
+            && w2.dtype() == CDType::BF16
+            && w1.rank() == 2
+            && w2.dims() == [vocab, *w1.dims().last()?]
+            && cuda_ops::markov_fits(vocab, w2.dim(1).ok()?)
+            && w1.is_contiguous()
+            && w2.is_contiguous()
+            && cuda_ops::row_levels(logits.layout()).is_some();
+        if !fits {
+            return None;
+        }
+        let _p = profile::span("markov_greedy");
+        let op = cuda_ops::MarkovGreedy { pending, n };
+        Some(logits.apply_op3_no_bwd(w1, w2, &op).map_err(err))
     }
 }

@@ -402,6 +402,22 @@ impl Backend for CandleBackend {
         x.argmax(D::Minus1).map_err(err)
     }
 
+    fn markov_greedy(
+        &self,
+        logits: &Tensor,
+        w1: &Tensor,
+        w2: &CandleLinear,
+        pending: u32,
+        n: usize,
+    ) -> BResult<Option<Tensor>> {
+        #[cfg(feature = "cuda")]
+        if let Some(ids) = self.cuda_markov_greedy(logits, w1, w2, pending, n) {
+            return ids.map(Some);
+        }
+        let _ = (logits, w1, w2, pending, n);
+        Ok(None)
+    }
+
     fn rows_batch_invariant(&self) -> bool {
         self.cpu_kernels() || self.cuda_kernels()
     }

@@ -15,6 +15,7 @@
 //     residual add fused in front.
 //   - rope.cuh: per-head RMSNorm and rotary embedding in one pass, strided in, [b, h, L, d] out.
 //   - cache.cuh: the KV cache write, a strided source straight into the cache rows.
+//   - markov.cuh: DSpark's greedy draft chain (Markov bias, add and argmax), a launch per row.
 #include "common.cuh"
 #include "gemm.cuh"
 #include "attention.cuh"
@@ -22,3 +23,4 @@
 #include "rows.cuh"
 #include "rope.cuh"
 #include "cache.cuh"
+#include "markov.cuh"

@@ -15,6 +15,7 @@
 //! - [`CacheWrite`] (`cache_write.rs`): the KV cache write from a strided source, in place;
 //! - [`QkvRopeStore`] (`qkv_store.rs`): a layer's attention inputs in one launch (queries normed
 //!   and rotated, keys normed and rotated into the key cache, values into the value cache);
+//! - [`MarkovGreedy`] (`markov.rs`): DSpark's greedy draft chain, a launch per draft row;
 //!
 //! all put on the stream with programmatic dependent launch (`launch.rs`); a model's fixed-shape
 //! steps are captured as CUDA graphs and replayed ([`StepGraphs`], `graph.rs`).
@@ -106,6 +107,7 @@ mod cache_write;
 mod gemm;
 mod graph;
 mod launch;
+mod markov;
 mod qkv_store;
 mod rope;
 mod rows;
@@ -114,6 +116,7 @@ pub use attention::CacheAttention;
 pub use cache_write::CacheWrite;
 pub use gemm::RowsGemm;
 pub use graph::{enabled as graphs_enabled, GraphStats, Live, StepGraphs};
+pub use markov::{enabled as markov_enabled, fits as markov_fits, MarkovGreedy};
 pub use qkv_store::{enabled as qkv_rope_store_enabled, QkvRopeStore};
 pub use rope::NormRope;
 pub use rows::{AddRmsNorm, ArgmaxRows, RmsNorm, Swiglu};
