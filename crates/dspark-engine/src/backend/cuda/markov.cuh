@@ -86,21 +86,15 @@ __device__ void markov_row(const L* __restrict__ logits, long ld, const __nv_bfl
     }
 }
 
-#define MARKOV_ROW(NT, W)                                                                       \
-    extern "C" __global__ void __launch_bounds__(W * 32) markov_row_bf16_nt##NT##_w##W(         \
-        const __nv_bfloat16* logits, long ld, const __nv_bfloat16* w1, const __nv_bfloat16* w2, \
-        uint32_t* ids, float* tile_v, uint32_t* tile_i, unsigned* counter, int row,             \
-        uint32_t pending, int vocab, int rank, int vec) {                                       \
-        markov_row<NT, W>(logits, ld, w1, w2, ids, tile_v, tile_i, counter, row, pending, vocab, \
-                          rank, vec);                                                           \
-    }                                                                                           \
-    extern "C" __global__ void __launch_bounds__(W * 32) markov_row_f32_nt##NT##_w##W(          \
-        const float* logits, long ld, const __nv_bfloat16* w1, const __nv_bfloat16* w2,         \
+#define MARKOV_ROW_AS(SFX, L, NT, W)                                                            \
+    extern "C" __global__ void __launch_bounds__(W * 32) markov_row_##SFX##_nt##NT##_w##W(      \
+        const L* logits, long ld, const __nv_bfloat16* w1, const __nv_bfloat16* w2,             \
         uint32_t* ids, float* tile_v, uint32_t* tile_i, unsigned* counter, int row,             \
         uint32_t pending, int vocab, int rank, int vec) {                                       \
         markov_row<NT, W>(logits, ld, w1, w2, ids, tile_v, tile_i, counter, row, pending, vocab, \
                           rank, vec);                                                           \
     }
+#define MARKOV_ROW(NT, W) MARKOV_ROW_AS(bf16, __nv_bfloat16, NT, W) MARKOV_ROW_AS(f32, float, NT, W)
 // the unsplit shapes of gemm_plan (cuda_shapes.rs)
 MARKOV_ROW(4, 4)
 MARKOV_ROW(2, 8)
