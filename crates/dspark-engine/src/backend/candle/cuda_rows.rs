@@ -134,6 +134,9 @@ impl CandleBackend {
             && w1.dtype() == CDType::BF16
             && w2.dtype() == CDType::BF16
             && w1.rank() == 2
+            // ids the ops would refuse (past w1's rows) get the ops' own error
+            && w1.dims()[0] >= vocab
+            && (pending as usize) < w1.dims()[0]
             && w2.dims() == [vocab, *w1.dims().last()?]
             && cuda_ops::markov_fits(vocab, w2.dim(1).ok()?)
             && w1.is_contiguous()
