@@ -32,8 +32,9 @@ fn preload() -> bool {
 }
 
 /// Per device: zeroed arrival counters of split launches (each launch's last block resets its
-/// tile's counter, so they are zero again between launches on the one stream).
-fn counters(dev: &CudaDevice) -> Result<Arc<CudaSlice<u32>>> {
+/// tile's counter, so they are zero again between launches on the one stream); `markov.rs`
+/// takes the first for its rows' last-block reductions, on the same terms.
+pub(super) fn counters(dev: &CudaDevice) -> Result<Arc<CudaSlice<u32>>> {
     type Map = HashMap<candle_core::cuda::DeviceId, Arc<CudaSlice<u32>>>;
     static C: Mutex<Option<Map>> = Mutex::new(None);
     let mut g = C.lock().unwrap_or_else(|p| p.into_inner());

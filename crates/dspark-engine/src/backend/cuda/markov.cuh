@@ -3,37 +3,13 @@
 // exactly as the few-row GEMM does it (gemm.cuh, with the (tiles, warps) that gemm_plan gives
 // the [vocab, rank] weight, K unsplit), rounded to bf16 as that GEMM stores it, widened and
 // added in f32 to the row's logit; the row's id is the argmax of those sums by argmax_rows'
-// rule (the first index of the largest value, NaN never chosen, 0 when nothing is above
-// -inf). Each block reduces its column tile; the last block to arrive reduces the tiles and
+// rule (rows.cuh: the first index of the largest value, NaN never chosen, 0 when nothing is
+// above -inf). Each block reduces its column tile; the last block to arrive reduces the tiles and
 // writes the id. So the ids are those of the separate ops (gather, GEMM, two casts, add,
 // argmax), with one launch a row instead of six.
 #pragma once
 #include "gemm.cuh"
-
-// Merges (v, i) into (bv, bi) by argmax_rows' rule for candidates (each already a winner).
-__device__ __forceinline__ void argmax_merge(float& bv, uint32_t& bi, float v, uint32_t i) {
-    if (v > bv || (v == bv && i < bi)) {
-        bv = v;
-        bi = i;
-    }
-}
-
-// The block's (bv, bi) reduced over its threads, in tree order, into (sv[0], si[0]).
-__device__ __forceinline__ void argmax_block(float bv, uint32_t bi, float* sv, uint32_t* si) {
-    sv[threadIdx.x] = bv;
-    si[threadIdx.x] = bi;
-    __syncthreads();
-    for (int step = blockDim.x / 2; step > 0; step >>= 1) {
-        if (threadIdx.x < step) {
-            float v = sv[threadIdx.x];
-            uint32_t i = si[threadIdx.x];
-            argmax_merge(v, i, sv[threadIdx.x + step], si[threadIdx.x + step]);
-            sv[threadIdx.x] = v;
-            si[threadIdx.x] = i;
-        }
-        __syncthreads();
-    }
-}
+#include "rows.cuh"
 
 template <int NT, int W, typename L>
 __device__ void markov_row(const L* __restrict__ logits, long ld, const __nv_bfloat16* __restrict__ w1,
@@ -56,7 +32,7 @@ __device__ void markov_row(const L* __restrict__ logits, long ld, const __nv_bfl
     __syncthreads();
     const L* lrow = logits + (long)row * ld;
     float bv = -INFINITY;
-    uint32_t bi = 0xffffffffu;
+    uint32_t bi = ARGMAX_NONE;
     for (int col = threadIdx.x; col < 8 * NT && n0 + col < vocab; col += blockDim.x) {
         const float bias = __bfloat162float(__float2bfloat16(gemm_warps_sum<NT, W>(part, 0, col)));
         const float v = to_f(lrow[n0 + col]) + bias;
@@ -76,12 +52,12 @@ __device__ void markov_row(const L* __restrict__ logits, long ld, const __nv_bfl
     if (!last) return;
     __threadfence();
     bv = -INFINITY;
-    bi = 0xffffffffu;
+    bi = ARGMAX_NONE;
     for (int t = threadIdx.x; t < (int)gridDim.x; t += blockDim.x)
         argmax_merge(bv, bi, __ldcg(&tile_v[t]), __ldcg(&tile_i[t]));
     argmax_block(bv, bi, sv, si);
     if (threadIdx.x == 0) {
-        ids[row] = si[0] == 0xffffffffu ? 0u : si[0];
+        ids[row] = argmax_id(si[0]);
         *counter = 0u;
     }
 }

@@ -8,6 +8,7 @@ use candle_core::cuda::cudarc::driver::LaunchConfig;
 use candle_core::{CpuStorage, CudaStorage, CustomOp3, DType, Layout, Result, Shape};
 use half::bf16;
 
+use super::gemm::counters;
 use super::launch::Launch;
 use super::{cpu_only, msg, row_stride, view};
 use crate::backend::cuda_shapes::gemm_plan;
@@ -107,7 +108,8 @@ impl CustomOp3 for MarkovGreedy {
         let ids = unsafe { dev.alloc::<u32>(self.n)? };
         let tile_v = unsafe { dev.alloc::<f32>(tiles)? };
         let tile_i = unsafe { dev.alloc::<u32>(tiles)? };
-        let counter = dev.alloc_zeros::<u32>(1)?;
+        // zero between launches: each row's last block resets it
+        let counter = counters(&dev)?;
         let cfg = LaunchConfig {
             grid_dim: (tiles as u32, 1, 1),
             block_dim: (32 * warps as u32, 1, 1),
@@ -127,7 +129,7 @@ impl CustomOp3 for MarkovGreedy {
                     b.buf(&ids);
                     b.buf(&tile_v);
                     b.buf(&tile_i);
-                    b.buf(&counter);
+                    b.buf(&*counter);
                     b.val(&row);
                     b.val(&self.pending);
                     b.val(&vi);

@@ -2,34 +2,54 @@
 #pragma once
 #include "common.cuh"
 
-// Row argmax: the first index of the largest value; NaN never chosen; a row of -inf / NaN
-// gives 0 (sampling.rs `argmax`).
+// The argmax rule of sampling.rs `argmax`: the first index of the largest value, NaN never
+// chosen, 0 when no value is above -inf. A thread scans its values in index order keeping only
+// larger ones (`v > best`, so NaN and -inf never enter); candidates then meet by `argmax_merge`.
+#define ARGMAX_NONE 0xffffffffu
+
+// Merges candidate (v, i) into (bv, bi): the larger value, the lower index on a tie.
+__device__ __forceinline__ void argmax_merge(float& bv, uint32_t& bi, float v, uint32_t i) {
+    if (v > bv || (v == bv && i < bi)) {
+        bv = v;
+        bi = i;
+    }
+}
+
+// The block's candidates (bv, bi) merged in tree order into (sv[0], si[0]) (blockDim.x entries
+// each, a power of two).
+__device__ __forceinline__ void argmax_block(float bv, uint32_t bi, float* sv, uint32_t* si) {
+    sv[threadIdx.x] = bv;
+    si[threadIdx.x] = bi;
+    __syncthreads();
+    for (int step = blockDim.x / 2; step > 0; step >>= 1) {
+        if (threadIdx.x < step) {
+            float v = sv[threadIdx.x];
+            uint32_t i = si[threadIdx.x];
+            argmax_merge(v, i, sv[threadIdx.x + step], si[threadIdx.x + step]);
+            sv[threadIdx.x] = v;
+            si[threadIdx.x] = i;
+        }
+        __syncthreads();
+    }
+}
+
+// The id a merged candidate index stands for (ARGMAX_NONE: no value above -inf, id 0).
+__device__ __forceinline__ uint32_t argmax_id(uint32_t i) { return i == ARGMAX_NONE ? 0u : i; }
+
+// Row argmax by the rule above, one block (256 threads) per row.
 template <typename T>
 __device__ void argmax_rows(const T* __restrict__ x, uint32_t* __restrict__ out, int n, long ld) {
-    __shared__ float bv[256];
-    __shared__ uint32_t bi[256];
+    __shared__ float sv[256];
+    __shared__ uint32_t si[256];
     const T* row = x + (long)blockIdx.x * ld;
     float best = -INFINITY;
-    uint32_t idx = 0xffffffffu;
+    uint32_t idx = ARGMAX_NONE;
     for (int c = threadIdx.x; c < n; c += blockDim.x) {
         const float v = to_f(row[c]);
         if (v > best) { best = v; idx = c; }
     }
-    bv[threadIdx.x] = best;
-    bi[threadIdx.x] = idx;
-    __syncthreads();
-    for (int step = blockDim.x / 2; step > 0; step >>= 1) {
-        if (threadIdx.x < step) {
-            const float ov = bv[threadIdx.x + step];
-            const uint32_t oi = bi[threadIdx.x + step];
-            if (ov > bv[threadIdx.x] || (ov == bv[threadIdx.x] && oi < bi[threadIdx.x])) {
-                bv[threadIdx.x] = ov;
-                bi[threadIdx.x] = oi;
-            }
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) out[blockIdx.x] = bi[0] == 0xffffffffu ? 0u : bi[0];
+    argmax_block(best, idx, sv, si);
+    if (threadIdx.x == 0) out[blockIdx.x] = argmax_id(si[0]);
 }
 extern "C" __global__ void argmax_rows_f32(const float* x, uint32_t* out, int n, long ld) {
     pdl_enter();
