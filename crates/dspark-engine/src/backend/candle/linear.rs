@@ -11,7 +11,7 @@ use candle_core::{DType as CDType, Device, Module, Tensor};
 use super::{err, CandleBackend};
 use crate::backend::cpu::affine::{self, Affine, OwnedParams};
 use crate::backend::cpu::qpack::{QFormat, QPacked};
-use crate::backend::cpu::{gemv, ops as cpu_ops, qexact};
+use crate::backend::cpu::{gemv, ops as cpu_ops, qexact, qpanel};
 use crate::backend::{profile, BResult, Backend, DType};
 use crate::weights::HostTensor;
 
@@ -136,13 +136,29 @@ fn packed(q: &candle_core::quantized::QTensor, fmt: QFormat) -> BResult<Arc<QPac
         .map_err(|e| err(candle_core::Error::Msg(e)))
 }
 
+/// [`packed`] for the 8-bit-activation kernels: the AMX tiles' layout where this CPU runs them
+/// for the format (`backend/cpu/qpanel.rs`), else the pair layout of `backend/cpu/qgemv.rs`.
+fn packed_for_blocks(q: &candle_core::quantized::QTensor, fmt: QFormat) -> BResult<Arc<QPacked>> {
+    if !qpanel::takes(fmt) {
+        return packed(q, fmt);
+    }
+    let (n, k) = q.shape().dims2().map_err(err)?;
+    let bytes = q.data().map_err(err)?;
+    qpanel::pack(fmt, &bytes, n, k)
+        .map(Arc::new)
+        .map_err(|e| err(candle_core::Error::Msg(e)))
+}
+
 impl CandleBackend {
     /// A matmul weight in the best form this backend can run (see [`CandleLinear`]), noted in
     /// the load report.
     pub(super) fn load_linear(&self, host: &HostTensor) -> BResult<CandleLinear> {
         let w = self.pick_linear(host)?;
         let (form, held) = match &w {
-            CandleLinear::Blocks(p) => (format!("packed {:?}", p.fmt), p.bytes() as u64),
+            CandleLinear::Blocks(p) => {
+                let tiles = if p.panels { ", AMX tiles" } else { "" };
+                (format!("packed {:?}{tiles}", p.fmt), p.bytes() as u64)
+            }
             CandleLinear::Exact(p) => (format!("packed {:?}, exact F32", p.fmt), p.bytes() as u64),
             CandleLinear::Quant(_) => match host {
                 HostTensor::Ggml(q) => (
@@ -178,7 +194,7 @@ impl CandleBackend {
                 let q = fast_cpu_format(q)?;
                 let ours = our_block_format(q.dtype()).filter(|_| self.cpu_kernels());
                 if let Some(fmt) = ours {
-                    return packed(&q, fmt).map(CandleLinear::Blocks);
+                    return packed_for_blocks(&q, fmt).map(CandleLinear::Blocks);
                 }
                 return QMatMul::from_arc(q).map(CandleLinear::Quant).map_err(err);
             }

@@ -21,6 +21,11 @@ pub mod qgemv;
 #[cfg(target_arch = "x86_64")]
 mod qgemv_avx2;
 pub mod qpack;
+pub mod qpanel;
+#[cfg(target_arch = "x86_64")]
+mod qpanel_amx;
+#[cfg(target_arch = "x86_64")]
+mod qpanel_vnni;
 pub mod qrows;
 pub mod rope;
 pub mod softmax;

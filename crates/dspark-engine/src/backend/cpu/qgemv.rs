@@ -23,6 +23,9 @@ const ROW_TILE: usize = 4;
 pub fn qgemv(x: &[f32], m: usize, w: &QPacked, y: &mut [f32]) {
     assert_eq!(x.len(), m * w.k, "qgemv: x is not m*k");
     assert_eq!(y.len(), m * w.n, "qgemv: y is not m*n");
+    if w.panels {
+        return super::qpanel::gemv(x, m, w, y);
+    }
     super::qrows::with_quantized(x, m, w, |rows| run_tiles(y, m, w, rows));
 }
 

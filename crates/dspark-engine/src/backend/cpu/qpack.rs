@@ -113,13 +113,16 @@ pub struct QPacked {
     pub scales: Vec<u8>,
     pub mins: Vec<u8>,
     pub half: bool,
+    /// The AMX tiles' layout ([`super::qpanel`]): `codes` holds panels of 16 columns with their
+    /// scales and mins, `scales` and `mins` are empty, `np`/`nm` are unused.
+    pub panels: bool,
 }
 
 /// One 32-element block decoded from GGUF: unsigned codes, scales of its two halves, min.
-struct Block {
-    codes: [u8; QK],
-    scale: [f32; 2],
-    min: f32,
+pub(super) struct Block {
+    pub(super) codes: [u8; QK],
+    pub(super) scale: [f32; 2],
+    pub(super) min: f32,
 }
 
 fn f16_at(b: &[u8], i: usize) -> f32 {
@@ -127,7 +130,7 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
 }
 
 /// The 32-element blocks of one GGUF block of `fmt`, in order.
-fn decode(fmt: QFormat, b: &[u8], out: &mut Vec<Block>) {
+pub(super) fn decode_block(fmt: QFormat, b: &[u8], out: &mut Vec<Block>) {
     let nib = |q: &[u8], i: usize| if i < 16 { q[i] & 15 } else { q[i - 16] >> 4 };
     match fmt {
         QFormat::Q8_0 => {
@@ -272,6 +275,7 @@ impl QPacked {
                 Vec::new()
             },
             half,
+            panels: false,
         };
         // padding codes dequantize to zero through a zero scale; 8-bit padding sits at the
         // zero point so that the integer dot stays small
@@ -282,7 +286,7 @@ impl QPacked {
         for j in 0..n {
             blocks.clear();
             for gb in bytes[j * row_bytes..(j + 1) * row_bytes].chunks_exact(bb) {
-                decode(fmt, gb, &mut blocks);
+                decode_block(fmt, gb, &mut blocks);
             }
             for (b, blk) in blocks.iter().enumerate() {
                 let (pair, second) = (b / 2, b % 2);
@@ -311,8 +315,28 @@ impl QPacked {
         Ok(p)
     }
 
-    /// Row `j` dequantized to f32 (tests and checks).
+    /// A weight in the AMX layout ([`super::qpanel::pack`]).
+    pub(super) fn panels(fmt: QFormat, n: usize, k: usize, n_pad: usize, codes: Vec<u8>) -> Self {
+        QPacked {
+            fmt,
+            n,
+            k,
+            n_pad,
+            np: 0,
+            nm: 0,
+            codes,
+            scales: Vec::new(),
+            mins: Vec::new(),
+            half: true,
+            panels: true,
+        }
+    }
+
+    /// Row `j` dequantized to f32 (tests, checks, and embedding rows of a tied table).
     pub fn dequantize_row(&self, j: usize) -> Vec<f32> {
+        if self.panels {
+            return super::qpanel::dequantize_row(self, j);
+        }
         let (cpp, spp) = (self.codes_per_pair(), self.fmt.scales_per_pair());
         let zp = self.fmt.zero_point();
         (0..self.k)

@@ -1,0 +1,640 @@
+//! Quantized GEMV/GEMM over *panels* of 16 columns: `y[m, n] = x[m, k] · W[n, k]ᵀ` for GGUF
+//! Q8_0, Q4_0 and Q4_1 weights kept quantized (`--keep-quantized`), on AVX-512 VNNI
+//! ([`super::qpanel_vnni`]) and, for calls of [`AMX_ROWS`] rows or more on CPUs with AMX-INT8,
+//! on AMX tiles ([`super::qpanel_amx`]). Both give the same bits.
+//!
+//! The activations are quantized per row to 8-bit blocks of 32 as [`super::qgemv`] does (scale
+//! max|x| / 127, ties to even). For each 32-element block and each panel, the kernel forms the
+//! exact integer dots `Σ code · xcode` of the 16 columns (one AMX tile multiply for up to 8
+//! rows, or eight `vpdpbusd` per row); each row then adds `f32(dot) · (d · dx)` (and, for
+//! Q4_1, `min · (dx · Σ xcode)`) into its 16 column sums, block after block in k order
+//! ([`add_dot`]). Every row runs that sequence whatever the number of rows in the call, so a
+//! verify block gives the bits of one-row decode steps (batch invariance), and the integer
+//! dots are exact, so neither kernel's internal order can show.
+//!
+//! Why: the pair layout of [`super::qgemv`] spends about 64 vector instructions per row on 512
+//! weights (a dot, a scale product, a permute, a convert and an add per column and pair of
+//! blocks); a panel takes eight dots and four f32 operations for 16 columns at once. On the
+//! 2-core Xeon (Emerald Rapids) one thread's panel-block costs 8 ns at one row against about
+//! 15, and 34 (AMX) / 40 (VNNI) ns at 8 rows against about 80.
+//!
+//! Layout ([`pack`], in [`QPacked::codes`] with `panels` set): for panel `p` and block `b`, at
+//! `(p · nb + b) · stride`, the codes in the AMX tile's B layout (`B[r][4c + i]` = code `4r + i`
+//! of column `16p + c`; Q4 codes as the nibbles of 256 bytes, rows `2j` and `2j + 1` in the
+//! low and high nibbles of bytes `64j‥64j+63`), then the 16 columns' scales (f16), then for
+//! Q4_1 their mins (f16). One sequential stream per task. Columns past `n` are zero codes with
+//! zero scales.
+
+use super::qpack::{decode_block, QFormat, QPacked, QK};
+
+/// Columns per panel (one tile's 16 int32 lanes per row).
+pub(super) const PANEL: usize = 16;
+/// Rows per pass (the AMX C and A tiles' height, the VNNI kernel's accumulators); more rows
+/// take more passes.
+pub(super) const ROWS: usize = 8;
+/// Calls of this many rows or more on Q4 weights take the AMX tiles where the CPU has them
+/// (at fewer rows, and on Q8_0 whose 8-row calls are memory-bound, the VNNI kernel was as
+/// fast or faster: `qpanel_timing`).
+pub(super) const AMX_ROWS: usize = 8;
+
+/// Whether the panel kernels run here: AVX-512 (F, BW, VNNI) and F16C, and `DSPARK_QPANELS`
+/// is not `0` (which keeps [`super::qgemv`]'s pair layout, for runs side by side). Read once.
+pub fn available() -> bool {
+    static ON: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+        std::env::var("DSPARK_QPANELS").map_or(true, |v| v != "0") && detect_vnni()
+    });
+    *ON
+}
+
+/// Whether the AMX tiles run here as well: the CPU has AMX-INT8, Linux granted this process
+/// the tile state, and `DSPARK_AMX` is not `0`. Read once.
+pub fn amx_available() -> bool {
+    static ON: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+        std::env::var("DSPARK_AMX").map_or(true, |v| v != "0") && available() && detect_amx()
+    });
+    *ON
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect_vnni() -> bool {
+    std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("avx512bw")
+        && std::is_x86_feature_detected!("avx512vnni")
+        && std::is_x86_feature_detected!("f16c")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect_vnni() -> bool {
+    false
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn detect_amx() -> bool {
+    // CPUID.(7, 0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8 (leaf 7 exists where AVX-512 does)
+    let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
+    if edx >> 24 & 3 != 3 {
+        return false;
+    }
+    // ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA: the kernel enables the tile data state for
+    // this process (every thread), or refuses when it cannot
+    // SAFETY: a plain syscall with integer arguments.
+    unsafe { libc::syscall(libc::SYS_arch_prctl, 0x1023, 18) == 0 }
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn detect_amx() -> bool {
+    false
+}
+
+/// Whether weights of `fmt` take the panel layout when kept quantized.
+pub fn takes(fmt: QFormat) -> bool {
+    matches!(fmt, QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q4_1) && available()
+}
+
+/// Code bytes of one panel-block: 8-bit codes in the B layout, or their nibbles.
+pub(super) fn code_bytes(fmt: QFormat) -> usize {
+    if fmt.nibbles() {
+        256
+    } else {
+        512
+    }
+}
+
+/// Bytes of one panel-block: codes, 16 f16 scales, 16 f16 mins for Q4_1.
+pub(super) fn stride(fmt: QFormat) -> usize {
+    code_bytes(fmt) + 32 + if fmt.has_min() { 32 } else { 0 }
+}
+
+/// Byte of code `e` (0‥31) of column `c` (0‥15) in a panel-block's codes, and for nibble
+/// formats whether it is the high nibble.
+fn code_at(fmt: QFormat, c: usize, e: usize) -> (usize, bool) {
+    let (r, i) = (e / 4, e % 4);
+    if fmt.nibbles() {
+        (64 * (r / 2) + 4 * c + i, r % 2 == 1)
+    } else {
+        (64 * r + 4 * c + i, false)
+    }
+}
+
+/// Repacks `n` rows of `k` elements stored as GGUF blocks of `fmt` (Q8_0, Q4_0 or Q4_1) into
+/// the panel layout.
+pub fn pack(fmt: QFormat, bytes: &[u8], n: usize, k: usize) -> Result<QPacked, String> {
+    assert!(matches!(fmt, QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q4_1));
+    let (bb, be) = fmt.gguf_block();
+    if k == 0 || !k.is_multiple_of(be) {
+        return Err(format!(
+            "{fmt:?}: {k} input features are not a multiple of {be}"
+        ));
+    }
+    let row_bytes = k / be * bb;
+    if bytes.len() != n * row_bytes {
+        return Err(format!(
+            "{fmt:?}: {} bytes are not {n} rows of {row_bytes}",
+            bytes.len()
+        ));
+    }
+    let nb = k / QK;
+    let n_pad = n.div_ceil(PANEL) * PANEL;
+    let (st, cb) = (stride(fmt), code_bytes(fmt));
+    let mut codes = vec![0u8; n_pad / PANEL * nb * st];
+    let mut blocks = Vec::with_capacity(nb);
+    for j in 0..n {
+        blocks.clear();
+        for gb in bytes[j * row_bytes..(j + 1) * row_bytes].chunks_exact(bb) {
+            decode_block(fmt, gb, &mut blocks);
+        }
+        let (p, c) = (j / PANEL, j % PANEL);
+        for (b, blk) in blocks.iter().enumerate() {
+            let at = (p * nb + b) * st;
+            let pb = &mut codes[at..at + st];
+            for e in 0..QK {
+                let (i, high) = code_at(fmt, c, e);
+                let code = blk.codes[e];
+                if fmt.nibbles() {
+                    pb[i] |= if high { code << 4 } else { code };
+                } else {
+                    // the signed code (qpack stores it offset by its zero point, 128)
+                    pb[i] = (code as i16 - 128) as i8 as u8;
+                }
+            }
+            let put = |pb: &mut [u8], off: usize, v: f32| {
+                let h = half::f16::from_f32(v);
+                debug_assert!(h.to_f32() == v || v.is_nan(), "{v}: not an f16 value");
+                pb[off + 2 * c..off + 2 * c + 2].copy_from_slice(&h.to_le_bytes());
+            };
+            put(pb, cb, blk.scale[0]);
+            if fmt.has_min() {
+                put(pb, cb + 32, blk.min);
+            }
+        }
+    }
+    Ok(QPacked::panels(fmt, n, k, n_pad, codes))
+}
+
+/// Code `e` (0‥31) of column `j`'s block `b` as stored (unsigned for Q4, signed for Q8_0),
+/// and that block's scale and min.
+fn code(w: &QPacked, j: usize, b: usize, e: usize) -> (i32, f32, f32) {
+    let (fmt, nb) = (w.fmt, w.k / QK);
+    let (st, cb) = (stride(fmt), code_bytes(fmt));
+    let (p, c) = (j / PANEL, j % PANEL);
+    let pb = &w.codes[(p * nb + b) * st..(p * nb + b + 1) * st];
+    let f16 = |i: usize| half::f16::from_le_bytes([pb[i], pb[i + 1]]).to_f32();
+    let (i, high) = code_at(fmt, c, e);
+    let code = if fmt.nibbles() {
+        (if high { pb[i] >> 4 } else { pb[i] & 15 }) as i32
+    } else {
+        pb[i] as i8 as i32
+    };
+    let min = if fmt.has_min() {
+        f16(cb + 32 + 2 * c)
+    } else {
+        0.0
+    };
+    (code, f16(cb + 2 * c), min)
+}
+
+/// Row `j` of a panel-layout weight dequantized to f32, as GGUF defines it.
+pub fn dequantize_row(w: &QPacked, j: usize) -> Vec<f32> {
+    let zp = if w.fmt.nibbles() {
+        w.fmt.zero_point()
+    } else {
+        0
+    };
+    (0..w.k)
+        .map(|e| {
+            let (q, d, min) = code(w, j, e / QK, e % QK);
+            d * (q - zp) as f32 + min
+        })
+        .collect()
+}
+
+/// Activation rows quantized in k order: codes, and per block the scale `dx`, the code sum
+/// and `dx · Σ codes` (for Q4_1's mins).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) struct Rows {
+    pub(super) codes: Vec<i8>,
+    pub(super) dx: Vec<f32>,
+    pub(super) sum: Vec<i32>,
+    pub(super) dsum: Vec<f32>,
+}
+
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) fn quantize(x: &[f32], m: usize, k: usize) -> Rows {
+    let nb = k / QK;
+    let mut q = Rows {
+        codes: vec![0; m * k],
+        dx: vec![0.0; m * nb],
+        sum: vec![0; m * nb],
+        dsum: vec![0.0; m * nb],
+    };
+    for (i, blk) in x.chunks_exact(QK).enumerate() {
+        let codes = &mut q.codes[i * QK..(i + 1) * QK];
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: this module runs only where `available` found AVX-512.
+        let (d, s) = unsafe { quantize_block_avx512(blk, codes) };
+        #[cfg(not(target_arch = "x86_64"))]
+        let (d, s) = quantize_block(blk, codes);
+        q.dx[i] = d;
+        q.sum[i] = s;
+        q.dsum[i] = d * s as f32;
+    }
+    q
+}
+
+/// One block of 32: codes `round_ties_even(x / d)` with `d = max|x| / 127`; returns `d` and
+/// the codes' sum.
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn quantize_block(blk: &[f32], codes: &mut [i8]) -> (f32, i32) {
+    let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let mut s = 0i32;
+    for (c, v) in codes.iter_mut().zip(blk) {
+        *c = (v * id).round_ties_even() as i8;
+        s += *c as i32;
+    }
+    (d, s)
+}
+
+/// [`quantize_block`] in AVX-512 (the conversion rounds to nearest even, MXCSR's default).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn quantize_block_avx512(blk: &[f32], codes: &mut [i8]) -> (f32, i32) {
+    use std::arch::x86_64::*;
+    assert!(blk.len() == QK && codes.len() == QK);
+    let lo = _mm512_loadu_ps(blk.as_ptr());
+    let hi = _mm512_loadu_ps(blk.as_ptr().add(16));
+    let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+    let d = amax / 127.0;
+    let id = _mm512_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+    let cl = _mm512_cvtps_epi32(_mm512_mul_ps(lo, id));
+    let ch = _mm512_cvtps_epi32(_mm512_mul_ps(hi, id));
+    _mm_storeu_si128(codes.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(cl));
+    _mm_storeu_si128(
+        codes.as_mut_ptr().add(16) as *mut __m128i,
+        _mm512_cvtepi32_epi8(ch),
+    );
+    (d, _mm512_reduce_add_epi32(_mm512_add_epi32(cl, ch)))
+}
+
+/// `y[m · n]` from `x[m · k]` and `w` in the panel layout (the caller checked [`available`]).
+pub fn gemv(x: &[f32], m: usize, w: &QPacked, y: &mut [f32]) {
+    let amx = m >= AMX_ROWS && w.fmt.nibbles() && amx_available();
+    gemv_by(x, m, w, y, amx);
+}
+
+/// [`gemv`] on the AMX tiles (`amx`) or the VNNI kernel, whatever the row count (tests).
+fn gemv_by(x: &[f32], m: usize, w: &QPacked, y: &mut [f32], amx: bool) {
+    assert!(
+        w.panels && available(),
+        "qpanel::gemv: not a panel weight on an AVX-512 VNNI CPU"
+    );
+    assert!(!amx || amx_available(), "qpanel::gemv: no AMX tiles here");
+    assert_eq!(x.len(), m * w.k, "qpanel: x is not m*k");
+    assert_eq!(y.len(), m * w.n, "qpanel: y is not m*n");
+    #[cfg(target_arch = "x86_64")]
+    {
+        let q = quantize(x, m, w.k);
+        super::column_tasks(y, w.n, w.n * w.k * m, |cols| {
+            // SAFETY: `available` checked the CPU (AVX-512 with VNNI), and `amx_available` the
+            // AMX tiles and their state where they run; task windows start at multiples of 16
+            // columns (TASK_ALIGN), so every panel is whole inside one task.
+            unsafe {
+                if amx {
+                    super::qpanel_amx::task(w, &q, m, cols)
+                } else {
+                    super::qpanel_vnni::task(w, &q, m, cols)
+                }
+            }
+        });
+    }
+}
+
+/// A panel-block's 16 scales and (Q4_1) mins, widened to f32.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn params<const NIB: bool, const MIN: bool>(
+    pb: *const u8,
+) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512) {
+    use std::arch::x86_64::*;
+    let cb = if NIB { 256 } else { 512 };
+    let d = _mm512_cvtph_ps(_mm256_loadu_si256(pb.add(cb) as *const __m256i));
+    let mins = if MIN {
+        _mm512_cvtph_ps(_mm256_loadu_si256(pb.add(cb + 32) as *const __m256i))
+    } else {
+        _mm512_setzero_ps()
+    };
+    (d, mins)
+}
+
+/// The one f32 step both kernels take per row, block and panel, on the block's exact integer
+/// dots `dot − zp · Σ xcodes` (16 columns): `acc = fma(f32(dot), d · dx, acc)`, then for Q4_1
+/// `acc = fma(min, dx · Σ xcodes, acc)`. Its order is what makes the two kernels' bits equal.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn add_dot<const MIN: bool>(
+    acc: &mut std::arch::x86_64::__m512,
+    dot: std::arch::x86_64::__m512i,
+    d: std::arch::x86_64::__m512,
+    mins: std::arch::x86_64::__m512,
+    q: &Rows,
+    x: usize,
+) {
+    use std::arch::x86_64::*;
+    let s = _mm512_mul_ps(d, _mm512_set1_ps(q.dx[x]));
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, *acc);
+    if MIN {
+        *acc = _mm512_fmadd_ps(mins, _mm512_set1_ps(q.dsum[x]), *acc);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rng(seed: &mut u64) -> u64 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        *seed >> 33
+    }
+
+    fn random_gguf(fmt: QFormat, n: usize, k: usize, seed: &mut u64) -> Vec<u8> {
+        let (bb, be) = fmt.gguf_block();
+        let mut w: Vec<u8> = (0..n * k / be * bb).map(|_| rng(seed) as u8).collect();
+        let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
+        for blk in w.chunks_exact_mut(bb) {
+            blk[0..2].copy_from_slice(&f16(0.001 + (rng(seed) % 1000) as f32 * 1e-5));
+            if fmt == QFormat::Q4_1 {
+                blk[2..4].copy_from_slice(&f16((rng(seed) % 1000) as f32 * 1e-4 - 0.05));
+            }
+        }
+        w
+    }
+
+    const FORMATS: [QFormat; 3] = [QFormat::Q8_0, QFormat::Q4_0, QFormat::Q4_1];
+
+    /// The SIMD quantizer gives the plain one's codes, scale and sum, ties and zero blocks
+    /// included.
+    #[test]
+    fn activation_blocks_quantize_alike() {
+        let mut seed = 9;
+        let mut blocks: Vec<Vec<f32>> =
+            vec![vec![0.0; QK], (0..QK).map(|i| i as f32 - 15.5).collect()];
+        // values on the half-way points between codes: 127 / 254 · (2j + 1)
+        blocks.push(
+            (0..QK)
+                .map(|i| {
+                    if i == 0 {
+                        1.0
+                    } else {
+                        (2 * (i % 20) + 1) as f32 / 254.0
+                    }
+                })
+                .collect(),
+        );
+        for _ in 0..200 {
+            blocks.push(
+                (0..QK)
+                    .map(|_| (rng(&mut seed) % 20001) as f32 / 1000.0 - 10.0)
+                    .collect(),
+            );
+        }
+        for blk in &blocks {
+            let (mut a, mut b) = ([0i8; QK], [0i8; QK]);
+            let plain = quantize_block(blk, &mut a);
+            #[cfg(target_arch = "x86_64")]
+            if std::is_x86_feature_detected!("avx512bw") {
+                // SAFETY: checked just above.
+                let simd = unsafe { quantize_block_avx512(blk, &mut b) };
+                assert_eq!((plain, a), (simd, b), "{blk:?}");
+            }
+        }
+    }
+
+    /// The layout holds exactly the weights GGUF defines (the pair layout's rows, which a qpack
+    /// test pins to candle's dequantization), padding columns and odd block counts included.
+    #[test]
+    fn panel_layout_dequantizes_as_gguf_defines() {
+        let mut seed = 3;
+        for fmt in FORMATS {
+            for (n, k) in [(5, 32), (16, 96), (37, 64), (33, 320)] {
+                let bytes = random_gguf(fmt, n, k, &mut seed);
+                let a = pack(fmt, &bytes, n, k).unwrap();
+                let p = QPacked::from_gguf(fmt, &bytes, n, k).unwrap();
+                for j in 0..n {
+                    assert_eq!(
+                        a.dequantize_row(j),
+                        p.dequantize_row(j),
+                        "{fmt:?} {n}x{k} row {j}"
+                    );
+                }
+            }
+        }
+        assert!(pack(QFormat::Q8_0, &[0; 33], 1, 32).is_err());
+        assert!(pack(QFormat::Q4_1, &[0; 20], 1, 48).is_err());
+    }
+
+    /// The arithmetic the tiles are meant to run, in plain Rust: per row and column, block
+    /// after block, `fma(f32(dot − zp·Σx), d·dx, acc)`, then `fma(min, dx·Σx, acc)`.
+    fn reference(x: &[f32], m: usize, w: &QPacked) -> Vec<f32> {
+        let (k, nb) = (w.k, w.k / QK);
+        let q = quantize(x, m, k);
+        let zp = if w.fmt == QFormat::Q4_0 { 8 } else { 0 };
+        let mut y = vec![0f32; m * w.n];
+        for j in 0..w.n {
+            for r in 0..m {
+                let mut acc = 0f32;
+                for b in 0..nb {
+                    let (_, d, min) = code(w, j, b, 0);
+                    let dot: i32 = (0..QK)
+                        .map(|e| code(w, j, b, e).0 * q.codes[r * k + b * QK + e] as i32)
+                        .sum();
+                    let x = r * nb + b;
+                    acc = ((dot - zp * q.sum[x]) as f32).mul_add(d * q.dx[x], acc);
+                    if w.fmt.has_min() {
+                        acc = min.mul_add(q.dsum[x], acc);
+                    }
+                }
+                y[r * w.n + j] = acc;
+            }
+        }
+        y
+    }
+
+    /// On a CPU with AVX-512 VNNI: the kernels give the reference's bits for every format
+    /// and shape (rows 1 to 19, across the 8-row passes; n not a multiple of 16; odd block
+    /// counts), the VNNI kernel and (with AMX) the tiles alike at every row count, each row of
+    /// a many-row call has the bits of that row alone, and the result is within the 8-bit
+    /// activation rounding bound of the dequantized matmul. Elsewhere it says so and checks
+    /// nothing.
+    #[test]
+    fn panel_kernels_run_the_reference_arithmetic_and_are_batch_invariant() {
+        if !available() {
+            eprintln!("no AVX-512 VNNI on this CPU (or DSPARK_QPANELS=0): nothing to check");
+            return;
+        }
+        if !amx_available() {
+            eprintln!("no AMX-INT8 tiles here (or DSPARK_AMX=0): the VNNI kernel alone");
+        }
+        let mut seed = 19;
+        for fmt in FORMATS {
+            for &(m, k, n) in &[
+                (1, 64, 300),
+                (3, 96, 37),
+                (8, 576, 48),
+                (9, 32, 16),
+                (19, 1536, 40),
+            ] {
+                let bytes = random_gguf(fmt, n, k, &mut seed);
+                let w = pack(fmt, &bytes, n, k).unwrap();
+                let x: Vec<f32> = (0..m * k)
+                    .map(|_| (rng(&mut seed) % 2000) as f32 / 1000.0 - 1.0)
+                    .collect();
+                let mut y = vec![0f32; m * n];
+                gemv(&x, m, &w, &mut y);
+                let want = reference(&x, m, &w);
+                for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "{fmt:?} m{m} k{k} n{n} at {i}: {a} vs {b}"
+                    );
+                }
+                // each kernel alone, at any row count, has the same bits
+                for amx in [false, true].into_iter().filter(|a| !a || amx_available()) {
+                    let mut y2 = vec![0f32; m * n];
+                    gemv_by(&x, m, &w, &mut y2, amx);
+                    assert_eq!(
+                        y2,
+                        y,
+                        "{fmt:?} m{m}: the {} kernel differs",
+                        if amx { "AMX" } else { "VNNI" }
+                    );
+                }
+                for r in 0..m {
+                    let xr = &x[r * k..(r + 1) * k];
+                    let mut alone = vec![0f32; n];
+                    gemv(xr, 1, &w, &mut alone);
+                    assert_eq!(alone[..], y[r * n..(r + 1) * n], "{fmt:?}: row {r} varies");
+                    for j in 0..n {
+                        let wj = w.dequantize_row(j);
+                        let exact: f64 =
+                            xr.iter().zip(&wj).map(|(a, b)| *a as f64 * *b as f64).sum();
+                        let bound: f64 = xr
+                            .chunks(QK)
+                            .zip(wj.chunks(QK))
+                            .map(|(xb, wb)| {
+                                let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
+                                wb.iter().map(|v| v.abs() as f64).sum::<f64>() * amax / 254.0
+                            })
+                            .sum::<f64>()
+                            + 1e-5 * (1.0 + exact.abs());
+                        let got = y[r * n + j] as f64;
+                        assert!(
+                            (got - exact).abs() <= bound,
+                            "{fmt:?} [{r},{j}]: {got} vs {exact}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod timing {
+    use super::*;
+
+    /// `cargo test --release -p dspark-engine qpanel_timing -- --ignored --nocapture`: the demo's
+    /// shapes, AMX against the VNNI pair layout, 1 and 8 rows.
+    #[test]
+    #[ignore]
+    fn qpanel_timing() {
+        assert!(amx_available(), "no AMX here");
+        let mut seed = 5u64;
+        let mut rnd = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as u8
+        };
+        for (fmt, n, k) in [
+            (QFormat::Q4_1, 3072, 576),
+            (QFormat::Q4_1, 576, 1536),
+            (QFormat::Q8_0, 49152, 576),
+        ] {
+            let (bb, be) = fmt.gguf_block();
+            let mut bytes: Vec<u8> = (0..n * k / be * bb).map(|_| rnd()).collect();
+            for blk in bytes.chunks_exact_mut(bb) {
+                blk[0..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+                if fmt == QFormat::Q4_1 {
+                    blk[2..4].copy_from_slice(&half::f16::from_f32(-0.02).to_le_bytes());
+                }
+            }
+            let a = pack(fmt, &bytes, n, k).unwrap();
+            let p = QPacked::from_gguf(fmt, &bytes, n, k).unwrap();
+            // one thread, the kernels alone (no quantization, no fan-out)
+            for m in [1usize, 2, 4, 8] {
+                let x: Vec<f32> = (0..m * k)
+                    .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
+                    .collect();
+                let q = quantize(&x, m, k);
+                let mut y = vec![0f32; m * n];
+                for amx in [false, true] {
+                    let cols = super::super::Columns {
+                        ptr: y.as_mut_ptr(),
+                        rows: m,
+                        n,
+                        j0: 0,
+                        j1: n,
+                    };
+                    let mut ns = f64::MAX;
+                    for _ in 0..7 {
+                        let t = std::time::Instant::now();
+                        for _ in 0..20 {
+                            unsafe {
+                                if amx {
+                                    super::super::qpanel_amx::task(&a, &q, m, &cols)
+                                } else {
+                                    super::super::qpanel_vnni::task(&a, &q, m, &cols)
+                                }
+                            }
+                        }
+                        ns = ns.min(t.elapsed().as_secs_f64() * 1e9 / 20.0);
+                    }
+                    let pbs = (n / PANEL * k / QK) as f64;
+                    println!(
+                        "  1 thread {fmt:?} {n}x{k} m={m} {}: {:.1} ns per panel-block",
+                        if amx { "amx" } else { "vnni" },
+                        ns / pbs
+                    );
+                }
+            }
+            for m in [1usize, 4, 8] {
+                let x: Vec<f32> = (0..m * k)
+                    .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
+                    .collect();
+                let mut y = vec![0f32; m * n];
+                for name in ["amx", "panel-vnni", "pairs-vnni"] {
+                    let w = if name == "pairs-vnni" { &p } else { &a };
+                    let reps = 50;
+                    let mut us = f64::MAX;
+                    for _ in 0..7 {
+                        let t = std::time::Instant::now();
+                        for _ in 0..reps {
+                            if name == "pairs-vnni" {
+                                crate::backend::cpu::qgemv::qgemv(&x, m, w, &mut y);
+                            } else {
+                                gemv_by(&x, m, w, &mut y, name == "amx");
+                            }
+                        }
+                        us = us.min(t.elapsed().as_secs_f64() * 1e6 / reps as f64);
+                    }
+                    let gbs = w.bytes() as f64 / us / 1e3;
+                    println!("{fmt:?} {n}x{k} m={m} {name}: {us:.1} us ({gbs:.1} GB/s)");
+                }
+            }
+        }
+    }
+}
