@@ -44,7 +44,10 @@ pub fn run(_: DoctorArgs) -> Result<()> {
     );
 
     match matmul(&Device::Cpu) {
-        Ok(()) => r.ok("candle cpu", "matmul ok"),
+        Ok(()) => r.ok(
+            "candle cpu",
+            format!("matmul ok ({})", dspark_engine::backend::cpu::describe()),
+        ),
         Err(e) => r.fail("candle cpu", format!("matmul failed: {e}")),
     }
     if dspark_engine::launch::HAS_CUDA {

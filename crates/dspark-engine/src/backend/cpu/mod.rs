@@ -49,6 +49,33 @@ pub(crate) fn gemv_avx512_allowed() -> bool {
     *ALLOWED
 }
 
+/// One line on the kernel families this CPU runs (`dspark doctor`): the vector level, whether
+/// a dequantized GGUF stays packed under the exact kernel, and the forms kept-quantized
+/// weights take.
+pub fn describe() -> String {
+    #[cfg(target_arch = "x86_64")]
+    let level = if std::is_x86_feature_detected!("avx512f") && gemv_avx512_allowed() {
+        "AVX-512"
+    } else if avx2_fma() {
+        "AVX2 + FMA"
+    } else {
+        "plain Rust (no AVX2)"
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let level = "plain Rust";
+    let exact = if qexact::available() {
+        "dequantized GGUF held packed (exact)"
+    } else {
+        "dequantized GGUF held dense"
+    };
+    let kept = match (qpanel::available(), qpanel::amx_available()) {
+        (true, true) => "kept-quantized Q8_0/Q4: VNNI panels + AMX-INT8 tiles",
+        (true, false) => "kept-quantized Q8_0/Q4: VNNI panels",
+        _ => "kept-quantized: pair tiles",
+    };
+    format!("{level}; {exact}; {kept}")
+}
+
 /// Below this many multiply-adds a call runs inline: a thread hand-off costs more.
 const PARALLEL_WORK: usize = 1 << 15;
 
