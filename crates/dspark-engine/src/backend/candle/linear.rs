@@ -156,7 +156,11 @@ impl CandleBackend {
         let w = self.pick_linear(host)?;
         let (form, held) = match &w {
             CandleLinear::Blocks(p) => {
-                let tiles = if p.panels { ", AMX tiles" } else { "" };
+                let tiles = match (p.panels, qpanel::amx_available()) {
+                    (true, true) => " in panels (+ AMX tiles)",
+                    (true, false) => " in panels",
+                    _ => "",
+                };
                 (format!("packed {:?}{tiles}", p.fmt), p.bytes() as u64)
             }
             CandleLinear::Exact(p) => (format!("packed {:?}, exact F32", p.fmt), p.bytes() as u64),

@@ -1,5 +1,5 @@
 //! Quantized GEMV/GEMM over *panels* of 16 columns: `y[m, n] = x[m, k] · W[n, k]ᵀ` for GGUF
-//! Q8_0, Q4_0 and Q4_1 weights kept quantized (`--keep-quantized`), on AVX-512 VNNI
+//! Q8_0, Q4_0, Q4_1 and Q4_K weights kept quantized (`--keep-quantized`), on AVX-512 VNNI
 //! ([`super::qpanel_vnni`]) and, for calls of [`AMX_ROWS`] rows or more on CPUs with AMX-INT8,
 //! on AMX tiles ([`super::qpanel_amx`]). Both give the same bits.
 //!
@@ -21,8 +21,9 @@
 //! Layout ([`pack`], in [`QPacked::codes`] with `panels` set): for panel `p` and block `b`, at
 //! `(p · nb + b) · stride`, the codes in the AMX tile's B layout (`B[r][4c + i]` = code `4r + i`
 //! of column `16p + c`; Q4 codes as the nibbles of 256 bytes, rows `2j` and `2j + 1` in the
-//! low and high nibbles of bytes `64j‥64j+63`), then the 16 columns' scales (f16), then for
-//! Q4_1 their mins (f16). One sequential stream per task. Columns past `n` are zero codes with
+//! low and high nibbles of bytes `64j‥64j+63`), then the 16 columns' scales, then for Q4_1
+//! and Q4_K their mins (f16 where GGUF stores them so, f32 for Q4_K's products of a
+//! super-block scale and a 6-bit sub-block scale). One sequential stream per task. Columns past `n` are zero codes with
 //! zero scales.
 
 use super::qpack::{decode_block, QFormat, QPacked, QK};
@@ -88,7 +89,10 @@ fn detect_amx() -> bool {
 
 /// Whether weights of `fmt` take the panel layout when kept quantized.
 pub fn takes(fmt: QFormat) -> bool {
-    matches!(fmt, QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q4_1) && available()
+    matches!(
+        fmt,
+        QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q4_1 | QFormat::Q4K
+    ) && available()
 }
 
 /// Code bytes of one panel-block: 8-bit codes in the B layout, or their nibbles.
@@ -100,9 +104,18 @@ pub(super) fn code_bytes(fmt: QFormat) -> usize {
     }
 }
 
-/// Bytes of one panel-block: codes, 16 f16 scales, 16 f16 mins for Q4_1.
+/// Bytes of one of a panel-block's scales and mins: f16 where GGUF stores them, else f32.
+pub(super) fn param_bytes(fmt: QFormat) -> usize {
+    if fmt.f16_params() {
+        2
+    } else {
+        4
+    }
+}
+
+/// Bytes of one panel-block: codes, 16 scales, 16 mins for Q4_1 and Q4_K.
 pub(super) fn stride(fmt: QFormat) -> usize {
-    code_bytes(fmt) + 32 + if fmt.has_min() { 32 } else { 0 }
+    code_bytes(fmt) + 16 * param_bytes(fmt) * if fmt.has_min() { 2 } else { 1 }
 }
 
 /// Byte of code `e` (0‥31) of column `c` (0‥15) in a panel-block's codes, and for nibble
@@ -116,10 +129,13 @@ fn code_at(fmt: QFormat, c: usize, e: usize) -> (usize, bool) {
     }
 }
 
-/// Repacks `n` rows of `k` elements stored as GGUF blocks of `fmt` (Q8_0, Q4_0 or Q4_1) into
-/// the panel layout.
+/// Repacks `n` rows of `k` elements stored as GGUF blocks of `fmt` (Q8_0, Q4_0, Q4_1 or
+/// Q4_K) into the panel layout.
 pub fn pack(fmt: QFormat, bytes: &[u8], n: usize, k: usize) -> Result<QPacked, String> {
-    assert!(matches!(fmt, QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q4_1));
+    assert!(matches!(
+        fmt,
+        QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q4_1 | QFormat::Q4K
+    ));
     let (bb, be) = fmt.gguf_block();
     if k == 0 || !k.is_multiple_of(be) {
         return Err(format!(
@@ -157,14 +173,20 @@ pub fn pack(fmt: QFormat, bytes: &[u8], n: usize, k: usize) -> Result<QPacked, S
                     pb[i] = (code as i16 - 128) as i8 as u8;
                 }
             }
+            let pw = param_bytes(fmt);
             let put = |pb: &mut [u8], off: usize, v: f32| {
-                let h = half::f16::from_f32(v);
-                debug_assert!(h.to_f32() == v || v.is_nan(), "{v}: not an f16 value");
-                pb[off + 2 * c..off + 2 * c + 2].copy_from_slice(&h.to_le_bytes());
+                let at = off + pw * c;
+                if pw == 2 {
+                    let h = half::f16::from_f32(v);
+                    debug_assert!(h.to_f32() == v || v.is_nan(), "{v}: not an f16 value");
+                    pb[at..at + 2].copy_from_slice(&h.to_le_bytes());
+                } else {
+                    pb[at..at + 4].copy_from_slice(&v.to_le_bytes());
+                }
             };
             put(pb, cb, blk.scale[0]);
             if fmt.has_min() {
-                put(pb, cb + 32, blk.min);
+                put(pb, cb + 16 * pw, blk.min);
             }
         }
     }
@@ -178,7 +200,15 @@ fn code(w: &QPacked, j: usize, b: usize, e: usize) -> (i32, f32, f32) {
     let (st, cb) = (stride(fmt), code_bytes(fmt));
     let (p, c) = (j / PANEL, j % PANEL);
     let pb = &w.codes[(p * nb + b) * st..(p * nb + b + 1) * st];
-    let f16 = |i: usize| half::f16::from_le_bytes([pb[i], pb[i + 1]]).to_f32();
+    let pw = param_bytes(fmt);
+    let param = |i: usize| {
+        let at = i + pw * c;
+        if pw == 2 {
+            half::f16::from_le_bytes([pb[at], pb[at + 1]]).to_f32()
+        } else {
+            f32::from_le_bytes([pb[at], pb[at + 1], pb[at + 2], pb[at + 3]])
+        }
+    };
     let (i, high) = code_at(fmt, c, e);
     let code = if fmt.nibbles() {
         (if high { pb[i] >> 4 } else { pb[i] & 15 }) as i32
@@ -186,11 +216,11 @@ fn code(w: &QPacked, j: usize, b: usize, e: usize) -> (i32, f32, f32) {
         pb[i] as i8 as i32
     };
     let min = if fmt.has_min() {
-        f16(cb + 32 + 2 * c)
+        param(cb + 16 * pw)
     } else {
         0.0
     };
-    (code, f16(cb + 2 * c), min)
+    (code, param(cb), min)
 }
 
 /// Row `j` of a panel-layout weight dequantized to f32, as GGUF defines it.
@@ -310,17 +340,24 @@ fn gemv_by(x: &[f32], m: usize, w: &QPacked, y: &mut [f32], amx: bool) {
     }
 }
 
-/// A panel-block's 16 scales and (Q4_1) mins, widened to f32.
+/// A panel-block's 16 scales and (Q4_1, Q4_K) mins as f32: f16 widened, or f32 (`F32`).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(super) unsafe fn params<const NIB: bool, const MIN: bool>(
+pub(super) unsafe fn params<const NIB: bool, const MIN: bool, const F32: bool>(
     pb: *const u8,
 ) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512) {
     use std::arch::x86_64::*;
     let cb = if NIB { 256 } else { 512 };
-    let d = _mm512_cvtph_ps(_mm256_loadu_si256(pb.add(cb) as *const __m256i));
+    let load = |at: usize| {
+        if F32 {
+            _mm512_loadu_ps(pb.add(at) as *const f32)
+        } else {
+            _mm512_cvtph_ps(_mm256_loadu_si256(pb.add(at) as *const __m256i))
+        }
+    };
+    let d = load(cb);
     let mins = if MIN {
-        _mm512_cvtph_ps(_mm256_loadu_si256(pb.add(cb + 32) as *const __m256i))
+        load(cb + if F32 { 64 } else { 32 })
     } else {
         _mm512_setzero_ps()
     };
@@ -365,14 +402,20 @@ mod tests {
         let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
         for blk in w.chunks_exact_mut(bb) {
             blk[0..2].copy_from_slice(&f16(0.001 + (rng(seed) % 1000) as f32 * 1e-5));
-            if fmt == QFormat::Q4_1 {
+            if matches!(fmt, QFormat::Q4_1 | QFormat::Q4K) {
                 blk[2..4].copy_from_slice(&f16((rng(seed) % 1000) as f32 * 1e-4 - 0.05));
             }
         }
         w
     }
 
-    const FORMATS: [QFormat; 3] = [QFormat::Q8_0, QFormat::Q4_0, QFormat::Q4_1];
+    const FORMATS: [QFormat; 4] = [QFormat::Q8_0, QFormat::Q4_0, QFormat::Q4_1, QFormat::Q4K];
+
+    /// `k` of `blocks` 32-element blocks, rounded up to whole GGUF blocks of `fmt` (Q4_K's
+    /// hold 256 elements).
+    fn k_for(fmt: QFormat, blocks: usize) -> usize {
+        (blocks * QK).next_multiple_of(fmt.gguf_block().1)
+    }
 
     /// The SIMD quantizer gives the plain one's codes, scale and sum, ties and zero blocks
     /// included.
@@ -418,7 +461,8 @@ mod tests {
     fn panel_layout_dequantizes_as_gguf_defines() {
         let mut seed = 3;
         for fmt in FORMATS {
-            for (n, k) in [(5, 32), (16, 96), (37, 64), (33, 320)] {
+            for (n, kb) in [(5, 1), (16, 3), (37, 2), (33, 10), (17, 24)] {
+                let k = k_for(fmt, kb);
                 let bytes = random_gguf(fmt, n, k, &mut seed);
                 let a = pack(fmt, &bytes, n, k).unwrap();
                 let p = QPacked::from_gguf(fmt, &bytes, n, k).unwrap();
@@ -479,13 +523,14 @@ mod tests {
         }
         let mut seed = 19;
         for fmt in FORMATS {
-            for &(m, k, n) in &[
-                (1, 64, 300),
-                (3, 96, 37),
-                (8, 576, 48),
-                (9, 32, 16),
-                (19, 1536, 40),
+            for &(m, kb, n) in &[
+                (1, 2, 300),
+                (3, 3, 37),
+                (8, 18, 48),
+                (9, 1, 16),
+                (19, 48, 40),
             ] {
+                let k = k_for(fmt, kb);
                 let bytes = random_gguf(fmt, n, k, &mut seed);
                 let w = pack(fmt, &bytes, n, k).unwrap();
                 let x: Vec<f32> = (0..m * k)

@@ -62,9 +62,10 @@ pub unsafe fn task(w: &QPacked, q: &Rows, m: usize, cols: &Columns) {
         };
         let panels = cols.j0 / PANEL..cols.j1.div_ceil(PANEL);
         match w.fmt {
-            QFormat::Q8_0 => stream::<false, false>(w, q, panels, r0, rows, &mut out),
-            QFormat::Q4_0 => stream::<true, false>(w, q, panels, r0, rows, &mut out),
-            _ => stream::<true, true>(w, q, panels, r0, rows, &mut out),
+            QFormat::Q8_0 => stream::<false, false, false>(w, q, panels, r0, rows, &mut out),
+            QFormat::Q4_0 => stream::<true, false, false>(w, q, panels, r0, rows, &mut out),
+            QFormat::Q4K => stream::<true, true, true>(w, q, panels, r0, rows, &mut out),
+            _ => stream::<true, true, false>(w, q, panels, r0, rows, &mut out),
         }
     }
 }
@@ -148,7 +149,7 @@ unsafe fn dots<const NIB: bool>(
 
 /// Adds block `b`'s dots (`c`, `rows` x 16, as the tile stored them) into the rows' sums.
 #[inline(always)]
-unsafe fn add_block<const NIB: bool, const MIN: bool>(
+unsafe fn add_block<const NIB: bool, const MIN: bool, const F32: bool>(
     acc: &mut [__m512; ROWS],
     c: *const i32,
     pb: *const u8,
@@ -157,7 +158,7 @@ unsafe fn add_block<const NIB: bool, const MIN: bool>(
     nb: usize,
     rows: usize,
 ) {
-    let (d, mins) = super::qpanel::params::<NIB, MIN>(pb);
+    let (d, mins) = super::qpanel::params::<NIB, MIN, F32>(pb);
     for (i, acc_r) in acc.iter_mut().enumerate().take(rows) {
         let x = at + i * nb;
         let mut dot = _mm512_load_si512(c.add(16 * i) as *const __m512i);
@@ -181,7 +182,7 @@ const RING: usize = 2 * LAG + 1;
 /// the tiles of pair `t − LAG` and the epilogue of pair `t − 2·LAG`; `out(p, acc)` takes
 /// each panel's sums.
 #[inline(always)]
-unsafe fn stream<const NIB: bool, const MIN: bool>(
+unsafe fn stream<const NIB: bool, const MIN: bool, const F32: bool>(
     w: &QPacked,
     q: &Rows,
     panels: std::ops::Range<usize>,
@@ -244,9 +245,17 @@ unsafe fn stream<const NIB: bool, const MIN: bool>(
             let (p, b, pb) = at(u);
             let [c0, c1] = &cs[u % RING];
             let xat = r0 * nb + b;
-            add_block::<NIB, MIN>(&mut acc, c0.0.as_ptr(), pb, q, xat, nb, rows);
+            add_block::<NIB, MIN, F32>(&mut acc, c0.0.as_ptr(), pb, q, xat, nb, rows);
             if b + 1 < nb {
-                add_block::<NIB, MIN>(&mut acc, c1.0.as_ptr(), pb.add(st), q, xat + 1, nb, rows);
+                add_block::<NIB, MIN, F32>(
+                    &mut acc,
+                    c1.0.as_ptr(),
+                    pb.add(st),
+                    q,
+                    xat + 1,
+                    nb,
+                    rows,
+                );
             }
             if b + 2 >= nb {
                 out(p, &acc);

@@ -22,9 +22,10 @@ pub unsafe fn task(w: &QPacked, q: &Rows, m: usize, cols: &Columns) {
         for r0 in (0..m).step_by(ROWS) {
             let rows = (m - r0).min(ROWS);
             let acc = match w.fmt {
-                QFormat::Q8_0 => panel::<false, false>(w, q, p, r0, rows),
-                QFormat::Q4_0 => panel::<true, false>(w, q, p, r0, rows),
-                _ => panel::<true, true>(w, q, p, r0, rows),
+                QFormat::Q8_0 => panel::<false, false, false>(w, q, p, r0, rows),
+                QFormat::Q4_0 => panel::<true, false, false>(w, q, p, r0, rows),
+                QFormat::Q4K => panel::<true, true, true>(w, q, p, r0, rows),
+                _ => panel::<true, true, false>(w, q, p, r0, rows),
             };
             let mut row = [0f32; PANEL];
             for (i, a) in acc.iter().enumerate().take(rows) {
@@ -63,7 +64,7 @@ unsafe fn b_rows<const NIB: bool>(pb: *const u8) -> [__m512i; 8] {
 
 /// Rows `r0..r0 + rows` against panel `p`: the 16 columns' sums of each row.
 #[inline(always)]
-unsafe fn panel<const NIB: bool, const MIN: bool>(
+unsafe fn panel<const NIB: bool, const MIN: bool, const F32: bool>(
     w: &QPacked,
     q: &Rows,
     p: usize,
@@ -74,7 +75,8 @@ unsafe fn panel<const NIB: bool, const MIN: bool>(
     let st = stride(w.fmt);
     let base = w.codes.as_ptr().add(p * nb * st);
     let mut acc = [_mm512_setzero_ps(); ROWS];
-    // the zero point taken off each dot: Q8_0's offset codes, Q4_0's 8
+    // the zero point taken off each dot: Q8_0's offset codes, Q4_0's 8 (Q4_1 and Q4_K have
+    // mins instead)
     let zp = match (NIB, MIN) {
         (false, _) => 128,
         (true, false) => 8,
@@ -86,7 +88,7 @@ unsafe fn panel<const NIB: bool, const MIN: bool>(
             _mm_prefetch::<_MM_HINT_T0>(pb.wrapping_add(8192 + l) as *const i8);
         }
         let br = b_rows::<NIB>(pb);
-        let (d, mins) = params::<NIB, MIN>(pb);
+        let (d, mins) = params::<NIB, MIN, F32>(pb);
         for (i, acc_r) in acc.iter_mut().enumerate().take(rows) {
             let xc = q.codes.as_ptr().add((r0 + i) * k + b * QK) as *const i32;
             let (mut d0, mut d1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
