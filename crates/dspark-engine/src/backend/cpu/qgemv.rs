@@ -415,32 +415,7 @@ mod avx512 {
 mod tests {
     use super::*;
 
-    fn rng(seed: &mut u64) -> u64 {
-        *seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        *seed >> 33
-    }
-
-    /// Random GGUF bytes for `fmt` with small, valid f16 scales.
-    fn random_gguf(fmt: QFormat, n: usize, k: usize, seed: &mut u64) -> Vec<u8> {
-        let (bb, be) = fmt.gguf_block();
-        let mut w: Vec<u8> = (0..n * k / be * bb).map(|_| rng(seed) as u8).collect();
-        let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
-        for blk in w.chunks_exact_mut(bb) {
-            let d = f16(0.001 + (rng(seed) % 1000) as f32 * 1e-5);
-            let m = f16((rng(seed) % 1000) as f32 * 1e-4 - 0.05);
-            match fmt {
-                QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q5_0 => blk[0..2].copy_from_slice(&d),
-                QFormat::Q4_1 | QFormat::Q4K => {
-                    blk[0..2].copy_from_slice(&d);
-                    blk[2..4].copy_from_slice(&m);
-                }
-                QFormat::Q6K => blk[208..210].copy_from_slice(&d),
-            }
-        }
-        w
-    }
+    use super::super::qpack::testing::{assert_within_rounding, random_gguf, rng};
 
     /// Each output is within what 8-bit activation rounding can cause,
     /// Σ_i |w_i| · amax(block of i) / 254 (plus f32 slop), and rows are batch-invariant.
@@ -473,24 +448,8 @@ mod tests {
                     qgemv(xr, 1, &w, &mut alone);
                     assert_eq!(alone[..], y[r * n..(r + 1) * n], "{fmt:?}: row {r} varies");
                     for j in 0..n {
-                        let wj = w.dequantize_row(j);
-                        let exact: f64 =
-                            xr.iter().zip(&wj).map(|(a, b)| *a as f64 * *b as f64).sum();
-                        let bound: f64 = xr
-                            .chunks(QK)
-                            .zip(wj.chunks(QK))
-                            .map(|(xb, wb)| {
-                                let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
-                                wb.iter().map(|v| v.abs() as f64).sum::<f64>() * amax / 254.0
-                            })
-                            .sum::<f64>()
-                            + 1e-5 * (1.0 + exact.abs());
-                        let got = y[r * n + j] as f64;
-                        assert!(!got.is_nan(), "{fmt:?}: NaN");
-                        assert!(
-                            (got - exact).abs() <= bound,
-                            "{fmt:?} m{m} k{k} n{n} [{r},{j}]: {got} vs {exact} (bound {bound})"
-                        );
+                        let what = format!("{fmt:?} m{m} k{k} n{n} [{r},{j}]");
+                        assert_within_rounding(xr, &w.dequantize_row(j), y[r * n + j], &what);
                     }
                 }
             }

@@ -240,19 +240,7 @@ impl QPacked {
         half: bool,
     ) -> Result<Self, String> {
         assert!(!half || fmt.f16_params(), "{fmt:?} has no f16 scales");
-        let (bb, be) = fmt.gguf_block();
-        if k == 0 || !k.is_multiple_of(be) {
-            return Err(format!(
-                "{fmt:?}: {k} input features are not a multiple of {be}"
-            ));
-        }
-        let row_bytes = k / be * bb;
-        if bytes.len() != n * row_bytes {
-            return Err(format!(
-                "{fmt:?}: {} bytes are not {n} rows of {row_bytes}",
-                bytes.len()
-            ));
-        }
+        let (bb, row_bytes) = (fmt.gguf_block().0, row_bytes(fmt, bytes.len(), n, k)?);
         let nb = k / QK;
         let np = nb.div_ceil(2);
         let nm = (2 * np).div_ceil(16) * 16;
@@ -414,6 +402,79 @@ impl QPacked {
     /// Bytes held (what the loaded weight costs in memory).
     pub fn bytes(&self) -> usize {
         self.codes.len() + self.scales.len() + self.mins.len()
+    }
+}
+
+/// Bytes per row of `n` rows of `k` elements held as `len` bytes of GGUF blocks of `fmt`, or
+/// an error naming what does not fit (`k` not a whole number of blocks, `len` not `n` rows).
+pub(super) fn row_bytes(fmt: QFormat, len: usize, n: usize, k: usize) -> Result<usize, String> {
+    let (bb, be) = fmt.gguf_block();
+    if k == 0 || !k.is_multiple_of(be) {
+        return Err(format!(
+            "{fmt:?}: {k} input features are not a multiple of {be}"
+        ));
+    }
+    let row_bytes = k / be * bb;
+    if len != n * row_bytes {
+        return Err(format!(
+            "{fmt:?}: {len} bytes are not {n} rows of {row_bytes}"
+        ));
+    }
+    Ok(row_bytes)
+}
+
+/// Random GGUF bytes for the quantized kernels' tests.
+#[cfg(test)]
+pub(super) mod testing {
+    use super::QFormat;
+
+    pub fn rng(seed: &mut u64) -> u64 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        *seed >> 33
+    }
+
+    /// `got` (one output of an 8-bit-activation matmul of row `xr` by weight row `wj`) is
+    /// within what rounding the activations to 8 bits per block of 32 can cause,
+    /// `Σ_i |w_i| · amax(block of i) / 254`, plus f32 slop; `what` names it on failure.
+    pub fn assert_within_rounding(xr: &[f32], wj: &[f32], got: f32, what: &str) {
+        let exact: f64 = xr.iter().zip(wj).map(|(a, b)| *a as f64 * *b as f64).sum();
+        let bound: f64 = xr
+            .chunks(super::QK)
+            .zip(wj.chunks(super::QK))
+            .map(|(xb, wb)| {
+                let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
+                wb.iter().map(|v| v.abs() as f64).sum::<f64>() * amax / 254.0
+            })
+            .sum::<f64>()
+            + 1e-5 * (1.0 + exact.abs());
+        let got = got as f64;
+        assert!(!got.is_nan(), "{what}: NaN");
+        assert!(
+            (got - exact).abs() <= bound,
+            "{what}: {got} vs {exact} (bound {bound})"
+        );
+    }
+
+    /// `n` rows of `k` elements of `fmt` with random codes and small, valid f16 scales.
+    pub fn random_gguf(fmt: QFormat, n: usize, k: usize, seed: &mut u64) -> Vec<u8> {
+        let (bb, be) = fmt.gguf_block();
+        let mut w: Vec<u8> = (0..n * k / be * bb).map(|_| rng(seed) as u8).collect();
+        let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
+        for blk in w.chunks_exact_mut(bb) {
+            let d = f16(0.001 + (rng(seed) % 1000) as f32 * 1e-5);
+            let m = f16((rng(seed) % 1000) as f32 * 1e-4 - 0.05);
+            match fmt {
+                QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q5_0 => blk[0..2].copy_from_slice(&d),
+                QFormat::Q4_1 | QFormat::Q4K => {
+                    blk[0..2].copy_from_slice(&d);
+                    blk[2..4].copy_from_slice(&m);
+                }
+                QFormat::Q6K => blk[208..210].copy_from_slice(&d),
+            }
+        }
+        w
     }
 }
 

@@ -26,7 +26,7 @@
 //! super-block scale and a 6-bit sub-block scale). One sequential stream per task. Columns past `n` are zero codes with
 //! zero scales.
 
-use super::qpack::{decode_block, QFormat, QPacked, QK};
+use super::qpack::{decode_block, row_bytes, QFormat, QPacked, QK};
 
 /// Columns per panel (one tile's 16 int32 lanes per row).
 pub(super) const PANEL: usize = 16;
@@ -136,19 +136,7 @@ pub fn pack(fmt: QFormat, bytes: &[u8], n: usize, k: usize) -> Result<QPacked, S
         fmt,
         QFormat::Q8_0 | QFormat::Q4_0 | QFormat::Q4_1 | QFormat::Q4K
     ));
-    let (bb, be) = fmt.gguf_block();
-    if k == 0 || !k.is_multiple_of(be) {
-        return Err(format!(
-            "{fmt:?}: {k} input features are not a multiple of {be}"
-        ));
-    }
-    let row_bytes = k / be * bb;
-    if bytes.len() != n * row_bytes {
-        return Err(format!(
-            "{fmt:?}: {} bytes are not {n} rows of {row_bytes}",
-            bytes.len()
-        ));
-    }
+    let (bb, row_bytes) = (fmt.gguf_block().0, row_bytes(fmt, bytes.len(), n, k)?);
     let nb = k / QK;
     let n_pad = n.div_ceil(PANEL) * PANEL;
     let (st, cb) = (stride(fmt), code_bytes(fmt));
@@ -337,6 +325,28 @@ fn gemv_by(x: &[f32], m: usize, w: &QPacked, y: &mut [f32], amx: bool) {
                 }
             }
         });
+    }
+}
+
+/// Writes rows `r0..r0 + rows` of panel `p`'s sums (`acc`) into this task's window.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn store_panel(
+    cols: &super::Columns,
+    p: usize,
+    r0: usize,
+    rows: usize,
+    acc: &[std::arch::x86_64::__m512; ROWS],
+) {
+    let mut row = [0f32; PANEL];
+    for (i, a) in acc.iter().enumerate().take(rows) {
+        std::arch::x86_64::_mm512_storeu_ps(row.as_mut_ptr(), *a);
+        for (c, v) in row.iter().enumerate() {
+            let j = p * PANEL + c;
+            if j < cols.j1 {
+                cols.set(r0 + i, j, *v);
+            }
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 
 use super::qpack::{QFormat, QPacked, QK};
-use super::qpanel::{add_dot, code_bytes, stride, Rows, PANEL, ROWS};
+use super::qpanel::{add_dot, code_bytes, store_panel, stride, Rows, PANEL, ROWS};
 use crate::backend::cpu::Columns;
 
 /// The tile configuration: tmm0, tmm1 C (`rows` x 16 i32), tmm2, tmm4 A (`rows` x 32
@@ -48,18 +48,7 @@ pub unsafe fn task(w: &QPacked, q: &Rows, m: usize, cols: &Columns) {
             asm!("ldtilecfg [{0}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly));
             CONFIGURED.set(rows);
         }
-        let mut out = |p: usize, acc: &[__m512; ROWS]| {
-            let mut row = [0f32; PANEL];
-            for (i, a) in acc.iter().enumerate().take(rows) {
-                _mm512_storeu_ps(row.as_mut_ptr(), *a);
-                for (c, v) in row.iter().enumerate() {
-                    let j = p * PANEL + c;
-                    if j < cols.j1 {
-                        cols.set(r0 + i, j, *v);
-                    }
-                }
-            }
-        };
+        let mut out = |p: usize, acc: &[__m512; ROWS]| store_panel(cols, p, r0, rows, acc);
         let panels = cols.j0 / PANEL..cols.j1.div_ceil(PANEL);
         match w.fmt {
             QFormat::Q8_0 => stream::<false, false, false>(w, q, panels, r0, rows, &mut out),
@@ -95,55 +84,46 @@ unsafe fn dots<const NIB: bool>(
 ) {
     let ([a0, a1], [b0, b1], [c0, c1]) = (a, b, c);
     let s = 64usize;
+    // one block: A and B tiles in tmm2 / tmm3, C in tmm0; the second in tmm4 / tmm5, tmm1.
+    // `$dp` is the dot product: `tdpbsud` (signed codes of the rows, unsigned Q4 codes) or
+    // `tdpbssd` (both signed: Q8_0)
+    macro_rules! two {
+        ($dp:literal) => {
+            asm!(
+                "tileloadd tmm2, [{a0} + {lda}*1]",
+                "tileloadd tmm3, [{b0} + {s}*1]",
+                "tileloadd tmm4, [{a1} + {lda}*1]",
+                "tileloadd tmm5, [{b1} + {s}*1]",
+                "tilezero tmm0",
+                "tilezero tmm1",
+                concat!($dp, " tmm0, tmm2, tmm3"),
+                concat!($dp, " tmm1, tmm4, tmm5"),
+                "tilestored [{c0} + {s}*1], tmm0",
+                "tilestored [{c1} + {s}*1], tmm1",
+                a0 = in(reg) a0, b0 = in(reg) b0, a1 = in(reg) a1, b1 = in(reg) b1,
+                lda = in(reg) lda, s = in(reg) s, c0 = in(reg) c0, c1 = in(reg) c1,
+                options(nostack)
+            )
+        };
+    }
+    macro_rules! one {
+        ($dp:literal) => {
+            asm!(
+                "tileloadd tmm2, [{a0} + {lda}*1]",
+                "tileloadd tmm3, [{b0} + {s}*1]",
+                "tilezero tmm0",
+                concat!($dp, " tmm0, tmm2, tmm3"),
+                "tilestored [{c0} + {s}*1], tmm0",
+                a0 = in(reg) a0, b0 = in(reg) b0, lda = in(reg) lda, s = in(reg) s,
+                c0 = in(reg) c0, options(nostack)
+            )
+        };
+    }
     match (NIB, two) {
-        (true, true) => asm!(
-            "tileloadd tmm2, [{a0} + {lda}*1]",
-            "tileloadd tmm3, [{b0} + {s}*1]",
-            "tileloadd tmm4, [{a1} + {lda}*1]",
-            "tileloadd tmm5, [{b1} + {s}*1]",
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tdpbsud tmm0, tmm2, tmm3",
-            "tdpbsud tmm1, tmm4, tmm5",
-            "tilestored [{c0} + {s}*1], tmm0",
-            "tilestored [{c1} + {s}*1], tmm1",
-            a0 = in(reg) a0, b0 = in(reg) b0, a1 = in(reg) a1, b1 = in(reg) b1,
-            lda = in(reg) lda, s = in(reg) s, c0 = in(reg) c0, c1 = in(reg) c1,
-            options(nostack)
-        ),
-        (false, true) => asm!(
-            "tileloadd tmm2, [{a0} + {lda}*1]",
-            "tileloadd tmm3, [{b0} + {s}*1]",
-            "tileloadd tmm4, [{a1} + {lda}*1]",
-            "tileloadd tmm5, [{b1} + {s}*1]",
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tdpbssd tmm0, tmm2, tmm3",
-            "tdpbssd tmm1, tmm4, tmm5",
-            "tilestored [{c0} + {s}*1], tmm0",
-            "tilestored [{c1} + {s}*1], tmm1",
-            a0 = in(reg) a0, b0 = in(reg) b0, a1 = in(reg) a1, b1 = in(reg) b1,
-            lda = in(reg) lda, s = in(reg) s, c0 = in(reg) c0, c1 = in(reg) c1,
-            options(nostack)
-        ),
-        (true, false) => asm!(
-            "tileloadd tmm2, [{a0} + {lda}*1]",
-            "tileloadd tmm3, [{b0} + {s}*1]",
-            "tilezero tmm0",
-            "tdpbsud tmm0, tmm2, tmm3",
-            "tilestored [{c0} + {s}*1], tmm0",
-            a0 = in(reg) a0, b0 = in(reg) b0, lda = in(reg) lda, s = in(reg) s,
-            c0 = in(reg) c0, options(nostack)
-        ),
-        (false, false) => asm!(
-            "tileloadd tmm2, [{a0} + {lda}*1]",
-            "tileloadd tmm3, [{b0} + {s}*1]",
-            "tilezero tmm0",
-            "tdpbssd tmm0, tmm2, tmm3",
-            "tilestored [{c0} + {s}*1], tmm0",
-            a0 = in(reg) a0, b0 = in(reg) b0, lda = in(reg) lda, s = in(reg) s,
-            c0 = in(reg) c0, options(nostack)
-        ),
+        (true, true) => two!("tdpbsud"),
+        (false, true) => two!("tdpbssd"),
+        (true, false) => one!("tdpbsud"),
+        (false, false) => one!("tdpbssd"),
     }
 }
 

@@ -3,25 +3,7 @@
 
 use super::*;
 
-fn rng(seed: &mut u64) -> u64 {
-    *seed = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    *seed >> 33
-}
-
-fn random_gguf(fmt: QFormat, n: usize, k: usize, seed: &mut u64) -> Vec<u8> {
-    let (bb, be) = fmt.gguf_block();
-    let mut w: Vec<u8> = (0..n * k / be * bb).map(|_| rng(seed) as u8).collect();
-    let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
-    for blk in w.chunks_exact_mut(bb) {
-        blk[0..2].copy_from_slice(&f16(0.001 + (rng(seed) % 1000) as f32 * 1e-5));
-        if matches!(fmt, QFormat::Q4_1 | QFormat::Q4K) {
-            blk[2..4].copy_from_slice(&f16((rng(seed) % 1000) as f32 * 1e-4 - 0.05));
-        }
-    }
-    w
-}
+use super::super::qpack::testing::{assert_within_rounding, random_gguf, rng};
 
 const FORMATS: [QFormat; 4] = [QFormat::Q8_0, QFormat::Q4_0, QFormat::Q4_1, QFormat::Q4K];
 
@@ -176,22 +158,8 @@ fn panel_kernels_run_the_reference_arithmetic_and_are_batch_invariant() {
                 gemv(xr, 1, &w, &mut alone);
                 assert_eq!(alone[..], y[r * n..(r + 1) * n], "{fmt:?}: row {r} varies");
                 for j in 0..n {
-                    let wj = w.dequantize_row(j);
-                    let exact: f64 = xr.iter().zip(&wj).map(|(a, b)| *a as f64 * *b as f64).sum();
-                    let bound: f64 = xr
-                        .chunks(QK)
-                        .zip(wj.chunks(QK))
-                        .map(|(xb, wb)| {
-                            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
-                            wb.iter().map(|v| v.abs() as f64).sum::<f64>() * amax / 254.0
-                        })
-                        .sum::<f64>()
-                        + 1e-5 * (1.0 + exact.abs());
-                    let got = y[r * n + j] as f64;
-                    assert!(
-                        (got - exact).abs() <= bound,
-                        "{fmt:?} [{r},{j}]: {got} vs {exact}"
-                    );
+                    let what = format!("{fmt:?} m{m} k{k} n{n} [{r},{j}]");
+                    assert_within_rounding(xr, &w.dequantize_row(j), y[r * n + j], &what);
                 }
             }
         }

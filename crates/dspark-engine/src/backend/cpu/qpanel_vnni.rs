@@ -12,7 +12,7 @@
 use std::arch::x86_64::*;
 
 use super::qpack::{QFormat, QPacked, QK};
-use super::qpanel::{add_dot, params, stride, Rows, PANEL, ROWS};
+use super::qpanel::{add_dot, params, store_panel, stride, Rows, PANEL, ROWS};
 use crate::backend::cpu::Columns;
 
 /// Every panel of this task's columns against all `m` rows, in passes of [`ROWS`].
@@ -27,16 +27,7 @@ pub unsafe fn task(w: &QPacked, q: &Rows, m: usize, cols: &Columns) {
                 QFormat::Q4K => panel::<true, true, true>(w, q, p, r0, rows),
                 _ => panel::<true, true, false>(w, q, p, r0, rows),
             };
-            let mut row = [0f32; PANEL];
-            for (i, a) in acc.iter().enumerate().take(rows) {
-                _mm512_storeu_ps(row.as_mut_ptr(), *a);
-                for (c, v) in row.iter().enumerate() {
-                    let j = p * PANEL + c;
-                    if j < cols.j1 {
-                        cols.set(r0 + i, j, *v);
-                    }
-                }
-            }
+            store_panel(cols, p, r0, rows, &acc);
         }
     }
 }
