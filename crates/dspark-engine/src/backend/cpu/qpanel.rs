@@ -5,9 +5,9 @@
 //!
 //! The activations are quantized per row to 8-bit blocks of 32 as [`super::qgemv`] does (scale
 //! max|x| / 127, ties to even). For each 32-element block and each panel, the kernel forms the
-//! exact integer dots `Σ code · xcode` of the 16 columns (one AMX tile multiply for up to 8
+//! exact integer dots `Σ code · xcode` of the 16 columns (one AMX tile multiply for up to 16
 //! rows, or eight `vpdpbusd` per row); each row then adds `f32(dot) · (d · dx)` (and, for
-//! Q4_1, `min · (dx · Σ xcode)`) into its 16 column sums, block after block in k order
+//! Q4_1 and Q4_K, `min · (dx · Σ xcode)`) into its 16 column sums, block after block in k order
 //! ([`add_dot`]). Every row runs that sequence whatever the number of rows in the call, so a
 //! verify block gives the bits of one-row decode steps (batch invariance), and the integer
 //! dots are exact, so neither kernel's internal order can show.
@@ -23,15 +23,15 @@
 //! of column `16p + c`; Q4 codes as the nibbles of 256 bytes, rows `2j` and `2j + 1` in the
 //! low and high nibbles of bytes `64j‥64j+63`), then the 16 columns' scales, then for Q4_1
 //! and Q4_K their mins (f16 where GGUF stores them so, f32 for Q4_K's products of a
-//! super-block scale and a 6-bit sub-block scale). One sequential stream per task. Columns past `n` are zero codes with
-//! zero scales.
+//! super-block scale and a 6-bit sub-block scale). One sequential stream per task. Columns
+//! past `n` are zero codes with zero scales.
 
 use super::qpack::{decode_block, row_bytes, QFormat, QPacked, QK};
 
 /// Columns per panel (one tile's 16 int32 lanes per row).
 pub(super) const PANEL: usize = 16;
-/// Rows per pass (the AMX C and A tiles' height, the VNNI kernel's accumulators); more rows
-/// take more passes.
+/// Rows per pass of the VNNI kernel (its accumulators; the AMX tiles take 16); more rows take
+/// more passes.
 pub(super) const ROWS: usize = 8;
 /// Calls of this many rows or more on Q4 weights take the AMX tiles where the CPU has them
 /// (at fewer rows, and on Q8_0 whose 8-row calls are memory-bound, the VNNI kernel was as
@@ -331,12 +331,12 @@ fn gemv_by(x: &[f32], m: usize, w: &QPacked, y: &mut [f32], amx: bool) {
 /// Writes rows `r0..r0 + rows` of panel `p`'s sums (`acc`) into this task's window.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(super) unsafe fn store_panel(
+pub(super) unsafe fn store_panel<const N: usize>(
     cols: &super::Columns,
     p: usize,
     r0: usize,
     rows: usize,
-    acc: &[std::arch::x86_64::__m512; ROWS],
+    acc: &[std::arch::x86_64::__m512; N],
 ) {
     let mut row = [0f32; PANEL];
     for (i, a) in acc.iter().enumerate().take(rows) {

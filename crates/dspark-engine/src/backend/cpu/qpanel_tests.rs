@@ -198,7 +198,7 @@ mod timing {
             let a = pack(fmt, &bytes, n, k).unwrap();
             let p = QPacked::from_gguf(fmt, &bytes, n, k).unwrap();
             // one thread, the kernels alone (no quantization, no fan-out)
-            for m in [1usize, 2, 4, 8] {
+            for m in [1usize, 2, 4, 8, 16] {
                 let x: Vec<f32> = (0..m * k)
                     .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
                     .collect();
