@@ -11,7 +11,7 @@ use candle_core::{DType as CDType, Device, Module, Tensor};
 use super::{err, CandleBackend};
 use crate::backend::cpu::affine::{self, Affine, OwnedParams};
 use crate::backend::cpu::qpack::{QFormat, QPacked};
-use crate::backend::cpu::{gemv, ops as cpu_ops, qexact, qpanel};
+use crate::backend::cpu::{gemv, ops as cpu_ops, qexact, qgemv, qpanel};
 use crate::backend::{profile, BResult, Backend, DType};
 use crate::weights::HostTensor;
 
@@ -127,24 +127,16 @@ fn our_block_format(d: GgmlDType) -> Option<QFormat> {
     }
 }
 
-/// `q`'s blocks repacked for our kernels (`backend/cpu/qpack.rs`).
-fn packed(q: &candle_core::quantized::QTensor, fmt: QFormat) -> BResult<Arc<QPacked>> {
+/// `q`'s blocks repacked for our kernels by `pack` (`QPacked::from_gguf` for the exact kernel,
+/// `qgemv::pack` for the 8-bit-activation kernels, which picks their layout).
+fn packed(
+    q: &candle_core::quantized::QTensor,
+    fmt: QFormat,
+    pack: fn(QFormat, &[u8], usize, usize) -> Result<QPacked, String>,
+) -> BResult<Arc<QPacked>> {
     let (n, k) = q.shape().dims2().map_err(err)?;
     let bytes = q.data().map_err(err)?;
-    QPacked::from_gguf(fmt, &bytes, n, k)
-        .map(Arc::new)
-        .map_err(|e| err(candle_core::Error::Msg(e)))
-}
-
-/// [`packed`] for the 8-bit-activation kernels: the AMX tiles' layout where this CPU runs them
-/// for the format (`backend/cpu/qpanel.rs`), else the pair layout of `backend/cpu/qgemv.rs`.
-fn packed_for_blocks(q: &candle_core::quantized::QTensor, fmt: QFormat) -> BResult<Arc<QPacked>> {
-    if !qpanel::takes(fmt) {
-        return packed(q, fmt);
-    }
-    let (n, k) = q.shape().dims2().map_err(err)?;
-    let bytes = q.data().map_err(err)?;
-    qpanel::pack(fmt, &bytes, n, k)
+    pack(fmt, &bytes, n, k)
         .map(Arc::new)
         .map_err(|e| err(candle_core::Error::Msg(e)))
 }
@@ -198,7 +190,7 @@ impl CandleBackend {
                 let q = fast_cpu_format(q)?;
                 let ours = our_block_format(q.dtype()).filter(|_| self.cpu_kernels());
                 if let Some(fmt) = ours {
-                    return packed_for_blocks(&q, fmt).map(CandleLinear::Blocks);
+                    return packed(&q, fmt, qgemv::pack).map(CandleLinear::Blocks);
                 }
                 return QMatMul::from_arc(q).map(CandleLinear::Quant).map_err(err);
             }
@@ -208,7 +200,7 @@ impl CandleBackend {
                 self.exact_packed && quantized && self.cpu_kernels() && qexact::available()
             });
             if let Some(fmt) = exact {
-                return packed(q, fmt).map(CandleLinear::Exact);
+                return packed(q, fmt, QPacked::from_gguf).map(CandleLinear::Exact);
             }
         }
         // MLX affine 4/8-bit weights stay packed on the CPU (f32 activations, so the results

@@ -19,6 +19,16 @@ pub use super::qrows::{quantize_rows, QRows};
 /// Rows handled per tile.
 const ROW_TILE: usize = 4;
 
+/// `n` rows of `k` GGUF elements of `fmt` packed for [`qgemv`]: in panels where this CPU runs
+/// them for the format ([`super::qpanel`]), else in pairs ([`QPacked::from_gguf`]).
+pub fn pack(fmt: QFormat, bytes: &[u8], n: usize, k: usize) -> Result<QPacked, String> {
+    if super::qpanel::takes(fmt) {
+        super::qpanel::pack(fmt, bytes, n, k)
+    } else {
+        QPacked::from_gguf(fmt, bytes, n, k)
+    }
+}
+
 /// `y[m · n]` from `x[m · k]` and packed `w`. Panics on inconsistent lengths (callers check).
 pub fn qgemv(x: &[f32], m: usize, w: &QPacked, y: &mut [f32]) {
     assert_eq!(x.len(), m * w.k, "qgemv: x is not m*k");

@@ -113,7 +113,7 @@ pub struct QPacked {
     pub scales: Vec<u8>,
     pub mins: Vec<u8>,
     pub half: bool,
-    /// The AMX tiles' layout ([`super::qpanel`]): `codes` holds panels of 16 columns with their
+    /// The panel layout ([`super::qpanel`]): `codes` holds panels of 16 columns with their
     /// scales and mins, `scales` and `mins` are empty, `np`/`nm` are unused.
     pub panels: bool,
 }
@@ -303,7 +303,7 @@ impl QPacked {
         Ok(p)
     }
 
-    /// A weight in the AMX layout ([`super::qpanel::pack`]).
+    /// A weight in the panel layout ([`super::qpanel::pack`]).
     pub(super) fn panels(fmt: QFormat, n: usize, k: usize, n_pad: usize, codes: Vec<u8>) -> Self {
         QPacked {
             fmt,
@@ -315,7 +315,7 @@ impl QPacked {
             codes,
             scales: Vec::new(),
             mins: Vec::new(),
-            half: true,
+            half: fmt.f16_params(),
             panels: true,
         }
     }

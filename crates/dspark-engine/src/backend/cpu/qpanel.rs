@@ -238,13 +238,24 @@ pub(super) struct Rows {
 
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(super) fn quantize(x: &[f32], m: usize, k: usize) -> Rows {
-    let nb = k / QK;
     let mut q = Rows {
-        codes: vec![0; m * k],
-        dx: vec![0.0; m * nb],
-        sum: vec![0; m * nb],
-        dsum: vec![0.0; m * nb],
+        codes: Vec::new(),
+        dx: Vec::new(),
+        sum: Vec::new(),
+        dsum: Vec::new(),
     };
+    quantize_into(x, m, k, &mut q);
+    q
+}
+
+/// [`quantize`] into `q`'s buffers (every element is written).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn quantize_into(x: &[f32], m: usize, k: usize, q: &mut Rows) {
+    let nb = k / QK;
+    q.codes.resize(m * k, 0);
+    q.dx.resize(m * nb, 0.0);
+    q.sum.resize(m * nb, 0);
+    q.dsum.resize(m * nb, 0.0);
     for (i, blk) in x.chunks_exact(QK).enumerate() {
         let codes = &mut q.codes[i * QK..(i + 1) * QK];
         #[cfg(target_arch = "x86_64")]
@@ -256,7 +267,6 @@ pub(super) fn quantize(x: &[f32], m: usize, k: usize) -> Rows {
         q.sum[i] = s;
         q.dsum[i] = d * s as f32;
     }
-    q
 }
 
 /// One block of 32: codes `round_ties_even(x / d)` with `d = max|x| / 127`; returns `d` and
@@ -312,18 +322,32 @@ fn gemv_by(x: &[f32], m: usize, w: &QPacked, y: &mut [f32], amx: bool) {
     assert_eq!(y.len(), m * w.n, "qpanel: y is not m*n");
     #[cfg(target_arch = "x86_64")]
     {
-        let q = quantize(x, m, w.k);
-        super::column_tasks(y, w.n, w.n * w.k * m, |cols| {
-            // SAFETY: `available` checked the CPU (AVX-512 with VNNI), and `amx_available` the
-            // AMX tiles and their state where they run; task windows start at multiples of 16
-            // columns (TASK_ALIGN), so every panel is whole inside one task.
-            unsafe {
-                if amx {
-                    super::qpanel_amx::task(w, &q, m, cols)
-                } else {
-                    super::qpanel_vnni::task(w, &q, m, cols)
+        // the rows' buffers are reused per calling thread, as qrows does for the pair layout
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<Option<Rows>> = const { std::cell::RefCell::new(None) };
+        }
+        let mut run = |q: &Rows| {
+            super::column_tasks(y, w.n, w.n * w.k * m, |cols| {
+                // SAFETY: `available` checked the CPU (AVX-512 with VNNI), and `amx_available` the
+                // AMX tiles and their state where they run; task windows start at multiples of 16
+                // columns (TASK_ALIGN), so every panel is whole inside one task.
+                unsafe {
+                    if amx {
+                        super::qpanel_amx::task(w, q, m, cols)
+                    } else {
+                        super::qpanel_vnni::task(w, q, m, cols)
+                    }
                 }
+            });
+        };
+        SCRATCH.with(|s| match s.try_borrow_mut() {
+            Ok(mut slot) => {
+                let q = slot.get_or_insert_with(|| quantize(&[], 0, w.k));
+                quantize_into(x, m, w.k, q);
+                run(q)
             }
+            // a nested call on this thread (none today) quantizes into buffers of its own
+            Err(_) => run(&quantize(x, m, w.k)),
         });
     }
 }
