@@ -62,8 +62,12 @@ fn ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
 
 #[test]
 fn verify_blocks_equal_decode_steps_bit_for_bit_on_tiny_models() {
-    let b = CandleBackend::cpu();
-    for variant in ["qwen3", "qwen3-tied", "llama", "qwen3-bf16", "qwen3-mlx4"] {
+    for (b, variant) in ["qwen3", "qwen3-tied", "llama", "qwen3-bf16", "qwen3-mlx4"]
+        .into_iter()
+        .map(|v| (CandleBackend::cpu(), v))
+        // dense f32 and bf16 weights as AMX-BF16 tiles (f32 on CPUs without them)
+        .chain(["qwen3", "qwen3-bf16"].map(|v| (CandleBackend::cpu().with_bf16_matmul(true), v)))
+    {
         let ck = open_checkpoint(&fixture(&format!("tiny/{variant}"))).unwrap();
         let m = Transformer::load(&b, ck.cfg, ck.source.as_ref()).unwrap();
         let vocab = m.cfg.vocab_size;
@@ -83,6 +87,11 @@ fn verify_blocks_equal_decode_steps_bit_for_bit_on_smollm2() {
         (
             "smollm2 q4_1 kept",
             CandleBackend::cpu().keep_quantized(true),
+        ),
+        // Q4_1 blocks rebuilt into AMX-BF16 tiles (f32 on CPUs without them)
+        (
+            "smollm2 bf16 tiles",
+            CandleBackend::cpu().with_bf16_matmul(true),
         ),
     ] {
         let lm = load_model(&b, &path, None).unwrap();

@@ -27,6 +27,11 @@ pub struct ModelArgs {
     /// reference arithmetic of transformers' GGUF loader).
     #[arg(long)]
     pub dequantize: bool,
+    /// Matmul arithmetic on the CPU: f32 (default) or bf16 (AMX tiles where the CPU has
+    /// AMX-BF16: each matmul's activations rounded to bf16, products summed in f32; verify
+    /// blocks of up to 16 tokens cost about one decode step). Env: DSPARK_MATMUL.
+    #[arg(long, value_parser = ["f32", "bf16"])]
+    pub matmul: Option<String>,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -79,6 +84,7 @@ pub fn flag_layer(m: &ModelArgs, s: &SpecArgs) -> Settings {
         } else {
             m.keep_quantized.then_some(true)
         },
+        matmul: m.matmul.clone(),
         mode: s.mode.as_deref().and_then(dspark_hub::Mode::parse),
         drafter: s.drafter.clone(),
         max_draft: s.max_draft,

@@ -366,6 +366,7 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
         "prompt_set": if a.prompt_ids.is_some() { "--prompt-ids" } else { a.prompt_set.as_str() },
         "max_tokens": a.max_tokens,
         "keep_quantized": ls.keep_quantized,
+        "matmul": ls.matmul.as_str(),
         "baseline": {"tok_s": base_tps, "decode_tok_s": base_decode_tps, "prefill_tok_s": prefill_tps,
                      "prompt_tokens": bs.prompt_tokens, "tokens": bs.tokens, "secs": bs.secs,
                      "ids": base_ids},

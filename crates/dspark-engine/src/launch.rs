@@ -63,6 +63,8 @@ pub struct LaunchSpec {
     pub dtype: Option<DType>,
     /// Keep GGUF block-quantized weights packed (CPU, f32) instead of dequantizing.
     pub keep_quantized: bool,
+    /// Matmul arithmetic on the CPU (candle).
+    pub matmul: Matmul,
     /// Drafts per round; `None` = the mode's default (`spec::policy`).
     pub max_draft: Option<usize>,
     pub confidence_threshold: f32,
@@ -83,6 +85,7 @@ impl LaunchSpec {
             device: "auto".into(),
             dtype: None,
             keep_quantized: false,
+            matmul: Matmul::F32,
             max_draft: None,
             confidence_threshold: 0.0,
             prefix_cache: Some(PrefixCacheConfig::default()),
@@ -107,6 +110,35 @@ impl LaunchSpec {
                 .prefix_cache
                 .as_ref()
                 .map(|c| (c.max_slots, c.max_ram_bytes)),
+        }
+    }
+}
+
+/// Matmul arithmetic on the CPU (`--matmul`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Matmul {
+    /// f32 products and sums (the reference arithmetic).
+    #[default]
+    F32,
+    /// Weights and each matmul's activations as bf16, products summed in f32, on AMX tiles
+    /// where the CPU has AMX-BF16 (elsewhere f32): up to 16 rows cost about one, so verify
+    /// blocks are nearly free.
+    Bf16,
+}
+
+impl Matmul {
+    pub fn parse(s: &str) -> Option<Matmul> {
+        match s {
+            "f32" => Some(Matmul::F32),
+            "bf16" => Some(Matmul::Bf16),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Matmul::F32 => "f32",
+            Matmul::Bf16 => "bf16",
         }
     }
 }
@@ -240,7 +272,8 @@ pub fn candle_backend(spec: &LaunchSpec) -> Result<CandleBackend, LaunchError> {
         Some(d) => b.with_dtype(d),
         None => b,
     };
-    Ok(b.keep_quantized(spec.keep_quantized))
+    Ok(b.keep_quantized(spec.keep_quantized)
+        .with_bf16_matmul(spec.matmul == Matmul::Bf16))
 }
 
 /// Whether this build has the MLX backend (the `mlx` feature).

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use dspark_engine::backend::DType;
-use dspark_engine::launch::{BackendKind, LaunchSpec};
+use dspark_engine::launch::{BackendKind, LaunchSpec, Matmul};
 use dspark_engine::prefix_cache::PrefixCacheConfig;
 use dspark_engine::spec::Mode as EngineMode;
 use dspark_engine::worker::Tuning;
@@ -60,6 +60,11 @@ pub fn launch_spec(s: &Settings, progress: &dyn Progress) -> Result<Launch, HubE
         device: pick(&s.device, &d.device),
         dtype: s.dtype.as_deref().and_then(DType::parse),
         keep_quantized: s.keep_quantized.unwrap_or(false),
+        matmul: s
+            .matmul
+            .as_deref()
+            .and_then(Matmul::parse)
+            .unwrap_or_default(),
         max_draft: s.max_draft,
         confidence_threshold: s.confidence_threshold.unwrap_or(0.0),
         prefix_cache,

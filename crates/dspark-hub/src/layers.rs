@@ -18,6 +18,7 @@ pub const KEYS: &[&str] = &[
     "device",
     "dtype",
     "keep_quantized",
+    "matmul",
     "max_draft",
     "confidence_threshold",
     "prefix_cache",
@@ -66,6 +67,9 @@ pub fn defaults() -> Settings {
         // same way) where the dequantized weights answer 'Paris' as transformers does. MLX
         // affine weights stay packed either way (f32 activations).
         keep_quantized: Some(false),
+        // bf16 matmuls are opt-in: they round activations to bf16, so greedy tokens may part
+        // from the f32 reference's (transformers') at near-ties
+        matmul: Some("f32".into()),
         confidence_threshold: Some(0.0),
         prefix_cache: Some(true),
         prefix_cache_slots: Some(8),

@@ -38,6 +38,10 @@ pub struct Settings {
     #[serde(default, deserialize_with = "de_dtype")]
     pub dtype: Option<String>,
     pub keep_quantized: Option<bool>,
+    /// Matmul arithmetic on the CPU: f32 (the default) or bf16 (AMX tiles where the CPU has
+    /// AMX-BF16: activations rounded to bf16 per matmul, products summed in f32).
+    #[serde(default, deserialize_with = "de_matmul")]
+    pub matmul: Option<String>,
     pub max_draft: Option<usize>,
     pub confidence_threshold: Option<f32>,
     /// The prefix cache on or off.
@@ -77,6 +81,16 @@ fn de_backend<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Erro
         Some(_) => Ok(Some(s)),
         None => Err(serde::de::Error::custom(format!(
             "unknown backend `{s}` (auto, candle, mlx, cuda)"
+        ))),
+    }
+}
+
+fn de_matmul<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let s = String::deserialize(d)?;
+    match dspark_engine::launch::Matmul::parse(&s) {
+        Some(_) => Ok(Some(s)),
+        None => Err(serde::de::Error::custom(format!(
+            "unknown matmul `{s}` (f32, bf16)"
         ))),
     }
 }

@@ -11,7 +11,7 @@ use candle_core::{DType as CDType, Device, Module, Tensor};
 use super::{err, CandleBackend};
 use crate::backend::cpu::affine::{self, Affine, OwnedParams};
 use crate::backend::cpu::qpack::{QFormat, QPacked};
-use crate::backend::cpu::{gemv, ops as cpu_ops, qexact, qgemv, qpanel};
+use crate::backend::cpu::{bf16_rebuild, bf16_tiles, gemv, ops as cpu_ops, qexact, qgemv, qpanel};
 use crate::backend::{profile, BResult, Backend, DType};
 use crate::weights::HostTensor;
 
@@ -42,6 +42,12 @@ pub enum CandleLinear {
     /// `backend/cpu/qexact.rs` with the
     /// bits of the dense f32 copy (at the quantized file's memory traffic).
     Exact(Arc<QPacked>),
+    /// bf16 weights in AMX tiles (`--matmul bf16`), run by `backend/cpu/bf16_tiles.rs`: the
+    /// activations rounded to bf16, products summed in f32.
+    Bf16Tiles(Arc<bf16_tiles::Bf16Tiles>),
+    /// GGUF blocks held packed under `--matmul bf16` (`backend/cpu/bf16_rebuild.rs`), rebuilt
+    /// into those tiles for each call: the bits of the dequantized weights as bf16 tiles.
+    Bf16Blocks(Arc<bf16_rebuild::QTiles>),
     /// MLX affine 4/8-bit codes as stored, run by `backend/cpu/affine.rs` (f32 activations).
     Affine {
         codes: Vec<u8>,
@@ -156,6 +162,11 @@ impl CandleBackend {
                 (format!("packed {:?}{tiles}", p.fmt), p.bytes() as u64)
             }
             CandleLinear::Exact(p) => (format!("packed {:?}, exact F32", p.fmt), p.bytes() as u64),
+            CandleLinear::Bf16Tiles(t) => ("BF16 AMX tiles".to_string(), t.bytes() as u64),
+            CandleLinear::Bf16Blocks(t) => (
+                format!("packed {:?}, BF16 AMX tiles", t.fmt),
+                t.bytes() as u64,
+            ),
             CandleLinear::Quant(_) => match host {
                 HostTensor::Ggml(q) => (
                     format!("candle {:?}", q.dtype()),
@@ -183,6 +194,9 @@ impl CandleBackend {
     }
 
     fn pick_linear(&self, host: &HostTensor) -> BResult<CandleLinear> {
+        if let Some(t) = self.bf16_tiles(host)? {
+            return Ok(t);
+        }
         if let HostTensor::Ggml(q) = host {
             let quantized = !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
             if self.keep_quantized && quantized && self.device.is_cpu() && self.dtype == DType::F32
@@ -237,6 +251,49 @@ impl CandleBackend {
             self.device_tensor(host)?
         };
         aligned(t).map(CandleLinear::Dense)
+    }
+
+    /// `host` as bf16 AMX tiles where `--matmul bf16` asked for them and this CPU has them
+    /// (weights kept quantized by `--keep-quantized` stay so).
+    fn bf16_tiles(&self, host: &HostTensor) -> BResult<Option<CandleLinear>> {
+        let kept = matches!(host, HostTensor::Ggml(q) if self.keep_quantized
+            && !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16));
+        if !(self.bf16_matmul
+            && !kept
+            && self.device.is_cpu()
+            && self.dtype == DType::F32
+            && self.cpu_kernels()
+            && bf16_tiles::available())
+        {
+            return Ok(None);
+        }
+        // Q8_0/Q4_0/Q4_1/Q4_K stay packed, rebuilt into the tiles for each call
+        if let HostTensor::Ggml(q) = host {
+            let fmt = our_block_format(q.dtype()).filter(|f| bf16_rebuild::takes(*f));
+            if let Some(fmt) = fmt {
+                let (n, k) = q.shape().dims2().map_err(err)?;
+                let bytes = q.data().map_err(err)?;
+                return bf16_rebuild::QTiles::from_gguf(fmt, &bytes, n, k)
+                    .map(|t| Some(CandleLinear::Bf16Blocks(Arc::new(t))))
+                    .map_err(|e| err(candle_core::Error::Msg(e)));
+            }
+        }
+        let t = self.dense_f32_host(host)?;
+        let (n, k) = t.dims2().map_err(err)?;
+        let tiles = match t.dtype() {
+            CDType::BF16 => {
+                let v = t.flatten_all().and_then(|v| v.to_vec1::<half::bf16>());
+                bf16_tiles::Bf16Tiles::from_bf16(&v.map_err(err)?, n, k)
+            }
+            _ => {
+                let v = t
+                    .to_dtype(CDType::F32)
+                    .and_then(|v| v.flatten_all())
+                    .and_then(|v| v.to_vec1::<f32>());
+                bf16_tiles::Bf16Tiles::from_f32(&v.map_err(err)?, n, k)
+            }
+        };
+        Ok(Some(CandleLinear::Bf16Tiles(Arc::new(tiles))))
     }
 
     /// `x[.., in] @ w^T`.
@@ -326,6 +383,8 @@ impl CandleBackend {
             CandleLinear::Quant(_) => "matmul.candle-quant",
             CandleLinear::Blocks(_) => "matmul.blocks",
             CandleLinear::Exact(_) => "matmul.exact",
+            CandleLinear::Bf16Tiles(_) => "matmul.bf16-tiles",
+            CandleLinear::Bf16Blocks(_) => "matmul.bf16-blocks",
             CandleLinear::Affine { .. } => "matmul.affine",
         });
         match w {
@@ -350,6 +409,8 @@ impl CandleBackend {
                 on_f32(x, &op)
             }
             CandleLinear::Blocks(w) => on_f32(x, &cpu_ops::QGemv { w, exact: false }),
+            CandleLinear::Bf16Tiles(w) => on_f32(x, &cpu_ops::Bf16Gemm { w: &**w }),
+            CandleLinear::Bf16Blocks(w) => on_f32(x, &cpu_ops::Bf16Gemm { w: &**w }),
             CandleLinear::Exact(w) => {
                 let rows = x.elem_count() / w.k.max(1);
                 if x.dtype() == CDType::F32 && !gemv::takes_rows(rows) {

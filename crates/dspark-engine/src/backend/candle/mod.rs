@@ -107,10 +107,26 @@ impl Backend for CandleBackend {
     }
 
     fn has_rows(&self, w: &CandleLinear) -> bool {
-        matches!(w, CandleLinear::Blocks(_) | CandleLinear::Exact(_)) && self.dtype == DType::F32
+        matches!(
+            w,
+            CandleLinear::Blocks(_) | CandleLinear::Exact(_) | CandleLinear::Bf16Blocks(_)
+        ) && self.dtype == DType::F32
     }
 
     fn gather_rows(&self, w: &CandleLinear, ids: &[u32]) -> BResult<Tensor> {
+        if let CandleLinear::Bf16Blocks(t) = w {
+            let mut data = Vec::with_capacity(ids.len() * t.k);
+            for &id in ids {
+                if id as usize >= t.n {
+                    return Err(err(candle_core::Error::Msg(format!(
+                        "token id {id} is outside the {}-row table",
+                        t.n
+                    ))));
+                }
+                data.extend(t.dequantize_row(id as usize));
+            }
+            return Tensor::from_vec(data, (1, ids.len(), t.k), &self.device).map_err(err);
+        }
         let (CandleLinear::Blocks(p) | CandleLinear::Exact(p)) = w else {
             return Err(err(candle_core::Error::Msg(
                 "row gather needs packed blocks".into(),

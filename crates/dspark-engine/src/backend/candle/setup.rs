@@ -30,6 +30,9 @@ pub struct CandleBackend {
     /// (`backend/cpu/qexact.rs`: the dense f32 copy's bits) where the CPU has it;
     /// `DSPARK_EXACT_PACKED=0` keeps the dense copy ([`CandleBackend::with_exact_packed`]).
     pub(super) exact_packed: bool,
+    /// Dense and dequantized matmul weights as bf16 AMX tiles, activations rounded to bf16 per
+    /// matmul (`--matmul bf16`; [`CandleBackend::with_bf16_matmul`]), where the CPU has AMX-BF16.
+    pub(super) bf16_matmul: bool,
     /// Drafters' heads over exactly packed weights run the exact kernel too, instead of the
     /// faster 8-bit-activation one ([`CandleBackend::with_exact_drafts`]; `DSPARK_EXACT_DRAFTS=1`).
     pub(super) exact_drafts: bool,
@@ -80,6 +83,7 @@ impl CandleBackend {
             cpu_fused_swiglu: false,
             exact_packed: std::env::var("DSPARK_EXACT_PACKED").map_or(true, |v| v != "0"),
             exact_drafts: std::env::var("DSPARK_EXACT_DRAFTS").is_ok_and(|v| v == "1"),
+            bf16_matmul: false,
             step_graphs: false,
             report: Default::default(),
             last_mask: Default::default(),
@@ -109,6 +113,7 @@ impl CandleBackend {
             cpu_fused_swiglu: false,
             exact_packed: false,
             exact_drafts: false,
+            bf16_matmul: false,
             own_kernels: cfg!(feature = "cuda")
                 && std::env::var("DSPARK_CUDA_KERNELS").map_or(true, |v| v != "0"),
             step_graphs: steps::graphs_from_env(),
@@ -152,6 +157,14 @@ impl CandleBackend {
     /// than the faster 8-bit-activation kernel (the default).
     pub fn with_exact_drafts(mut self, on: bool) -> Self {
         self.exact_drafts = on;
+        self
+    }
+
+    /// Whether matmul weights load as bf16 AMX tiles (`--matmul bf16`: activations rounded to
+    /// bf16 for each matmul, products summed in f32) on CPUs with AMX-BF16; elsewhere, and
+    /// for weights kept quantized, nothing changes. The load report names the tiles.
+    pub fn with_bf16_matmul(mut self, on: bool) -> Self {
+        self.bf16_matmul = on;
         self
     }
 

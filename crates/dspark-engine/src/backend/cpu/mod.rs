@@ -5,8 +5,11 @@
 //! call, so a verify block reproduces one-token decode steps bit for bit.
 
 pub mod affine;
+mod amx;
 pub mod attention;
 mod attention_simd;
+pub mod bf16_rebuild;
+pub mod bf16_tiles;
 pub mod contention;
 pub mod gemv;
 pub mod glu;
@@ -73,7 +76,12 @@ pub fn describe() -> String {
         (true, false) => "kept-quantized Q8_0/Q4: VNNI panels",
         _ => "kept-quantized: pair tiles",
     };
-    format!("{level}; {exact}; {kept}")
+    let bf16 = if bf16_tiles::available() {
+        "--matmul bf16: AMX-BF16 tiles"
+    } else {
+        "--matmul bf16: not here (no AMX-BF16; f32 instead)"
+    };
+    format!("{level}; {exact}; {kept}; {bf16}")
 }
 
 /// Below this many multiply-adds a call runs inline: a thread hand-off costs more.
@@ -103,6 +111,20 @@ impl Columns {
         );
         // SAFETY: in bounds (checked above) and no other task owns column j.
         unsafe { *self.ptr.add(r * self.n + j) = v };
+    }
+
+    /// `y[r, j..j + v.len()] = v`, cut at the window's end; panics where `r` or `j` is
+    /// outside the window.
+    #[inline]
+    pub fn set_run(&self, r: usize, j: usize, v: &[f32]) {
+        assert!(
+            r < self.rows && (self.j0..self.j1).contains(&j),
+            "column task out of its window"
+        );
+        let len = v.len().min(self.j1 - j);
+        // SAFETY: columns j..j + len lie in this task's window (checked above), which no other
+        // task writes.
+        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), self.ptr.add(r * self.n + j), len) };
     }
 }
 

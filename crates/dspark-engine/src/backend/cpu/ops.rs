@@ -5,6 +5,7 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, S
 
 use super::affine::{affine_gemv, Affine};
 use super::attention::{attention, View};
+use super::bf16_tiles::{self, TileSource};
 use super::gemv::{gemv_f32, gemv_narrow};
 use super::glu::{glu, Rows};
 use super::qgemv::{qgemv, QPacked};
@@ -55,6 +56,43 @@ impl CustomOp2 for Gemv {
         }
         let mut od = xd.to_vec();
         *od.last_mut().unwrap() = n;
+        Ok((CpuStorage::F32(y), Shape::from(od)))
+    }
+}
+
+/// `x[.., k] · wᵀ -> [.., n]` on bf16 AMX tiles, x f32 (contiguous).
+pub struct Bf16Gemm<'a, W> {
+    pub w: &'a W,
+}
+
+impl<W: TileSource> CustomOp1 for Bf16Gemm<'_, W> {
+    fn name(&self) -> &'static str {
+        "dspark-bf16-tiles"
+    }
+
+    fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (x0, x1) = xl
+            .contiguous_offsets()
+            .ok_or_else(|| msg("bf16 tiles: x not contiguous"))?;
+        let xd = xl.dims();
+        let (&k, lead) = xd
+            .split_last()
+            .ok_or_else(|| msg("bf16 tiles: x is a scalar"))?;
+        if k != self.w.k() {
+            return Err(msg(format!(
+                "bf16 tiles: x {xd:?} does not fit k {}",
+                self.w.k()
+            )));
+        }
+        let x = match xs {
+            CpuStorage::F32(v) => &v[x0..x1],
+            _ => return Err(msg("bf16 tiles: x must be f32")),
+        };
+        let m = lead.iter().product::<usize>();
+        let mut y = vec![0f32; m * self.w.n()];
+        bf16_tiles::gemm(x, m, self.w, &mut y);
+        let mut od = xd.to_vec();
+        *od.last_mut().unwrap() = self.w.n();
         Ok((CpuStorage::F32(y), Shape::from(od)))
     }
 }

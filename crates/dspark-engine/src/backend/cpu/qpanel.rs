@@ -48,12 +48,9 @@ pub fn available() -> bool {
 }
 
 /// Whether the AMX tiles run here as well: the CPU has AMX-INT8, Linux granted this process
-/// the tile state, and `DSPARK_AMX` is not `0`. Read once.
+/// the tile state, and `DSPARK_AMX` is not `0` ([`super::amx::granted`]).
 pub fn amx_available() -> bool {
-    static ON: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
-        std::env::var("DSPARK_AMX").map_or(true, |v| v != "0") && available() && detect_amx()
-    });
-    *ON
+    available() && super::amx::granted(super::amx::Unit::Int8)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -66,24 +63,6 @@ fn detect_vnni() -> bool {
 
 #[cfg(not(target_arch = "x86_64"))]
 fn detect_vnni() -> bool {
-    false
-}
-
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-fn detect_amx() -> bool {
-    // CPUID.(7, 0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8 (leaf 7 exists where AVX-512 does)
-    let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
-    if edx >> 24 & 3 != 3 {
-        return false;
-    }
-    // ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA: the kernel enables the tile data state for
-    // this process (every thread), or refuses when it cannot
-    // SAFETY: a plain syscall with integer arguments.
-    unsafe { libc::syscall(libc::SYS_arch_prctl, 0x1023, 18) == 0 }
-}
-
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-fn detect_amx() -> bool {
     false
 }
 

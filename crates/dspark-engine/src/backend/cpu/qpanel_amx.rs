@@ -6,6 +6,7 @@
 use std::arch::asm;
 use std::arch::x86_64::*;
 
+use super::amx::{configure, Config};
 use super::qpack::{QFormat, QPacked, QK};
 use super::qpanel::{add_dot, code_bytes, store_panel, stride, Rows, PANEL};
 use crate::backend::cpu::Columns;
@@ -16,42 +17,26 @@ const ROWS: usize = 16;
 
 /// The tile configuration: tmm0, tmm1 C (`rows` x 16 i32), tmm2, tmm4 A (`rows` x 32
 /// codes), tmm3, tmm5 B (8 x 64 bytes).
-#[repr(C, align(64))]
-struct Config([u8; 64]);
-
 fn config(rows: usize) -> Config {
-    let mut c = [0u8; 64];
-    c[0] = 1; // palette 1
-    let mut set = |t: usize, r: usize, colsb: u16| {
-        c[48 + t] = r as u8;
-        c[16 + 2 * t..18 + 2 * t].copy_from_slice(&colsb.to_le_bytes());
-    };
-    set(0, rows, 64);
-    set(1, rows, 64);
-    set(2, rows, 32);
-    set(4, rows, 32);
-    set(3, 8, 64);
-    set(5, 8, 64);
-    Config(c)
+    Config::new()
+        .tile(0, rows, 64)
+        .tile(1, rows, 64)
+        .tile(2, rows, 32)
+        .tile(4, rows, 32)
+        .tile(3, 8, 64)
+        .tile(5, 8, 64)
 }
 
 #[repr(C, align(64))]
 struct Buf([u8; 512]);
 
 /// Every panel of this task's columns, in passes of up to [`ROWS`] rows. The tile
-/// configuration stays loaded on the thread between calls (`CONFIGURED` rows).
+/// configuration stays loaded on the thread between calls ([`configure`]).
 #[target_feature(enable = "avx512f,avx512bw,f16c")]
 pub unsafe fn task(w: &QPacked, q: &Rows, m: usize, cols: &Columns) {
-    thread_local! {
-        static CONFIGURED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    }
     for r0 in (0..m).step_by(ROWS) {
         let rows = (m - r0).min(ROWS);
-        if CONFIGURED.get() != rows {
-            let cfg = config(rows);
-            asm!("ldtilecfg [{0}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly));
-            CONFIGURED.set(rows);
-        }
+        configure(&config(rows));
         let mut out = |p: usize, acc: &[__m512; ROWS]| store_panel(cols, p, r0, rows, acc);
         let panels = cols.j0 / PANEL..cols.j1.div_ceil(PANEL);
         match w.fmt {

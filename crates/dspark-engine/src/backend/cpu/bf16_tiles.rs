@@ -1,0 +1,391 @@
+//! bf16 matmul on AMX tiles (`--matmul bf16`): `y[m, n] = x[m, k] · W[n, k]ᵀ` with the weights
+//! held as bf16 and each call's activations rounded to bf16 (to nearest, ties to even), the
+//! products summed in f32 by `tdpbf16ps`: PyTorch's "medium" float32 matmul precision, and
+//! what its bf16 CPU inference runs.
+//!
+//! Why: an f32 decode step streams the weights once and is bound by memory, but every extra
+//! row of a verify block costs the f32 multiply-adds of a whole step again (on the 2-core Xeon
+//! an 8-row verify costs 1.4 dense or 2.5 exactly packed decode steps). One tile multiply
+//! takes 16 rows x 16 columns x 32 weights, so up to 16 rows read the weights once and cost
+//! about what one row does: verify blocks become nearly free, which is what speculation
+//! needs, and the weights take half the bytes of f32.
+//!
+//! Batch invariance: each output `(row, column)` is its own chain of tile multiplies over the
+//! k chunks in order, whatever the number of rows in the call, the column grouping or the
+//! task split (a tile multiply's element depends on its own row of A and column of B only).
+//! So a verify block gives the bits of one-row decode steps, and greedy speculation equals
+//! the baseline by construction.
+//!
+//! Layout ([`Bf16Tiles`]): panels of 16 columns; in panel `p`, chunk `c` of 32 weights is one
+//! B tile of 1 KiB (row `r` holds, for each of the 16 columns, the weights `32c + 2r` and
+//! `32c + 2r + 1`), chunks in k order, so each panel is one sequential stream. Weights past
+//! `k` and columns past `n` are zeros.
+
+use super::Columns;
+
+/// Columns per panel (a tile row's 16 f32 lanes).
+pub(super) const PANEL: usize = 16;
+/// Weights per chunk: one tile row of 64 bytes.
+pub(super) const KC: usize = 32;
+/// Rows per tile pass (the A and C tiles' height).
+const ROWS: usize = 16;
+/// Panels multiplied per pass over the chunks (C tiles held at once).
+const GROUP: usize = 4;
+
+/// Whether the bf16 tiles run here: the CPU has AMX-BF16 and Linux granted the tile state.
+pub fn available() -> bool {
+    super::amx::granted(super::amx::Unit::Bf16)
+}
+
+/// A `[n, k]` weight as bf16 B tiles (see the module docs).
+pub struct Bf16Tiles {
+    pub n: usize,
+    pub k: usize,
+    chunks: usize,
+    /// The tiles, 64-byte aligned from `start`.
+    data: Vec<u16>,
+    start: usize,
+}
+
+impl Bf16Tiles {
+    /// Packs `w` (`[n, k]` row-major), rounding each value to bf16 (to nearest, ties to even).
+    pub fn from_f32(w: &[f32], n: usize, k: usize) -> Bf16Tiles {
+        Self::pack(n, k, |i| half::bf16::from_f32(w[i]).to_bits())
+    }
+
+    /// Packs `w` (`[n, k]` row-major bf16) as it is.
+    pub fn from_bf16(w: &[half::bf16], n: usize, k: usize) -> Bf16Tiles {
+        Self::pack(n, k, |i| w[i].to_bits())
+    }
+
+    fn pack(n: usize, k: usize, bits: impl Fn(usize) -> u16) -> Bf16Tiles {
+        let (panels, chunks) = (n.div_ceil(PANEL), k.div_ceil(KC));
+        let len = panels * chunks * PANEL * KC;
+        let mut data = vec![0u16; len + 32];
+        let start = (64 - (data.as_ptr() as usize) % 64) % 64 / 2;
+        let tiles = &mut data[start..start + len];
+        for j in 0..n {
+            let (p, col) = (j / PANEL, j % PANEL);
+            for i in 0..k {
+                let (c, kk) = (i / KC, i % KC);
+                let at = ((p * chunks + c) * (KC / 2) + kk / 2) * 2 * PANEL + 2 * col + kk % 2;
+                tiles[at] = bits(j * k + i);
+            }
+        }
+        Bf16Tiles {
+            n,
+            k,
+            chunks,
+            data,
+            start,
+        }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.data.len() * 2
+    }
+
+    /// The tiles themselves, without the alignment slack (tests).
+    #[cfg(test)]
+    fn tiles(&self) -> &[u16] {
+        let len = self.n.div_ceil(PANEL) * self.chunks * PANEL * KC;
+        &self.data[self.start..self.start + len]
+    }
+
+    /// Weight `(j, i)` as f32 (tests).
+    #[cfg(test)]
+    fn get(&self, j: usize, i: usize) -> f32 {
+        let (p, col, c, kk) = (j / PANEL, j % PANEL, i / KC, i % KC);
+        let at = ((p * self.chunks + c) * (KC / 2) + kk / 2) * 2 * PANEL + 2 * col + kk % 2;
+        half::bf16::from_bits(self.data[self.start + at]).to_f32()
+    }
+}
+
+/// Activations rounded to bf16, rows `stride` values apart (zeros past `k`).
+struct Rows {
+    bits: Vec<u16>,
+    start: usize,
+    stride: usize,
+}
+
+fn round_rows(x: &[f32], m: usize, k: usize, chunks: usize, into: &mut Rows) {
+    into.stride = chunks * KC;
+    into.bits.clear();
+    into.bits.resize(m * into.stride + 32, 0);
+    // rows start on cache lines (stride is 64 bytes a chunk): a tile row never splits
+    into.start = (64 - (into.bits.as_ptr() as usize) % 64) % 64 / 2;
+    for (r, row) in x.chunks_exact(k).take(m).enumerate() {
+        let at = into.start + r * into.stride;
+        let out = &mut into.bits[at..at + k];
+        for (o, v) in out.iter_mut().zip(row) {
+            *o = to_bf16(*v);
+        }
+    }
+}
+
+/// `half::bf16::from_f32(v).to_bits()` (to nearest, ties to even; NaN stays NaN) in a form
+/// the compiler vectorizes.
+#[inline(always)]
+fn to_bf16(v: f32) -> u16 {
+    let b = v.to_bits();
+    let rounded = (b.wrapping_add(0x7fff + (b >> 16 & 1)) >> 16) as u16;
+    if b & 0x7fff_ffff > 0x7f80_0000 {
+        (b >> 16) as u16 | 0x40
+    } else {
+        rounded
+    }
+}
+
+/// Weights that give bf16 B tiles chunk by chunk: held as tiles ([`Bf16Tiles`]), or rebuilt
+/// from quantized blocks for each call ([`super::bf16_rebuild::QTiles`]).
+pub trait TileSource: Sync {
+    /// Whether the tiles are rebuilt for each call (else read where they lie).
+    const REBUILT: bool;
+    fn n(&self) -> usize;
+    fn k(&self) -> usize;
+    /// Chunks of 32 weights per column (B tiles per panel).
+    fn chunks(&self) -> usize;
+    /// The B tiles of chunk `c` of panels `p..p + g`: where panel `p`'s lies and how many u16
+    /// on the next panel's is. A rebuilt source writes them into `buf` (room for `g` tiles).
+    ///
+    /// # Safety
+    /// The CPU has what [`available`] checks; panels `p..p + g` and chunk `c` exist; `buf`
+    /// is 64-byte aligned with room for `g` tiles.
+    unsafe fn chunk(&self, p: usize, g: usize, c: usize, buf: *mut u16) -> (*const u16, usize);
+}
+
+/// u16 per B tile (1 KiB).
+pub(super) const TILE: usize = PANEL * KC;
+
+impl TileSource for Bf16Tiles {
+    const REBUILT: bool = false;
+
+    fn n(&self) -> usize {
+        self.n
+    }
+
+    fn k(&self) -> usize {
+        self.k
+    }
+
+    fn chunks(&self) -> usize {
+        self.chunks
+    }
+
+    unsafe fn chunk(&self, p: usize, _g: usize, c: usize, _buf: *mut u16) -> (*const u16, usize) {
+        let at = self.start + (p * self.chunks + c) * TILE;
+        (self.data.as_ptr().add(at), self.chunks * TILE)
+    }
+}
+
+/// `y[m · n]` from `x[m · k]` and `w`. Panics where [`available`] is false or on inconsistent
+/// lengths.
+pub fn gemm(x: &[f32], m: usize, w: &impl TileSource, y: &mut [f32]) {
+    let (n, k) = (w.n(), w.k());
+    assert!(available(), "bf16_tiles: no AMX-BF16 tiles here");
+    assert_eq!(x.len(), m * k, "bf16_tiles: x is not m*k");
+    assert_eq!(y.len(), m * n, "bf16_tiles: y is not m*n");
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Rows> = const {
+            std::cell::RefCell::new(Rows { bits: Vec::new(), start: 0, stride: 0 })
+        };
+    }
+    let mut run = |a: &Rows| {
+        super::column_tasks(y, n, n * k * m, |cols| {
+            // SAFETY: `available` checked the tiles and their state; task windows start at
+            // multiples of 16 columns (TASK_ALIGN), so every panel is whole inside one task.
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                task(w, a, m, cols)
+            }
+        })
+    };
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut a) => {
+            round_rows(x, m, k, w.chunks(), &mut a);
+            run(&a)
+        }
+        Err(_) => {
+            let mut a = Rows {
+                bits: Vec::new(),
+                start: 0,
+                stride: 0,
+            };
+            round_rows(x, m, k, w.chunks(), &mut a);
+            run(&a)
+        }
+    });
+}
+
+/// tmm0..tmm3: C (`rows` x 16 f32); tmm4: A (`rows` x 32 bf16); tmm5..tmm7: B (16 x 64 bytes).
+fn config(rows: usize) -> super::amx::Config {
+    let mut c = super::amx::Config::new();
+    for t in 0..5 {
+        c = c.tile(t, rows, 64);
+    }
+    for t in 5..8 {
+        c = c.tile(t, KC / 2, 64);
+    }
+    c
+}
+
+/// Chunks between a rebuilt tile's vector stores and its tile load (a tile load of bytes
+/// just stored waits until those stores leave the core), and the ring of buffers they need.
+const LAG: usize = 2;
+const RING: usize = LAG + 1;
+
+#[repr(C, align(64))]
+struct Ring([[u16; GROUP * TILE]; RING]);
+
+/// This task's panels in groups of up to 4. Up to 16 rows (decode, verify) rebuild each
+/// chunk's tiles just ahead of their multiplies; more rows rebuild a group's tiles once into a
+/// scratch that every 16-row pass reads.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn task<W: TileSource>(w: &W, a: &Rows, m: usize, cols: &Columns) {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let panels = cols.j0 / PANEL..cols.j1.div_ceil(PANEL);
+    let chunks = w.chunks();
+    let mut ring = Ring([[0; GROUP * TILE]; RING]);
+    let mut p = panels.start;
+    while p < panels.end {
+        let g = (panels.end - p).min(GROUP);
+        if !W::REBUILT || m <= ROWS {
+            for r0 in (0..m).step_by(ROWS) {
+                let rows = (m - r0).min(ROWS);
+                super::amx::configure(&config(rows));
+                let ring = &mut ring;
+                group(chunks, a, r0, rows, p, g, cols, |c| {
+                    w.chunk(p, g, c, ring.0[c % RING].as_mut_ptr())
+                });
+            }
+        } else {
+            SCRATCH.with(|s| {
+                let mut s = s.borrow_mut();
+                let len = chunks * g * TILE;
+                if s.len() < len + 32 {
+                    s.resize(len + 32, 0);
+                }
+                let base = s
+                    .as_mut_ptr()
+                    .add((64 - (s.as_ptr() as usize) % 64) % 64 / 2);
+                for c in 0..chunks {
+                    w.chunk(p, g, c, base.add(c * g * TILE));
+                }
+                for r0 in (0..m).step_by(ROWS) {
+                    let rows = (m - r0).min(ROWS);
+                    super::amx::configure(&config(rows));
+                    group(chunks, a, r0, rows, p, g, cols, |c| {
+                        (base.add(c * g * TILE) as *const u16, TILE)
+                    });
+                }
+            });
+        }
+        p += g;
+    }
+}
+
+/// Panels `p..p + g` (`g` = 4, or 1-3 at a task's end) for rows `r0..r0 + rows`; `tiles(c)`
+/// gives chunk `c`'s B tiles (see [`TileSource::chunk`]), `LAG` chunks before their
+/// multiplies.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn group(
+    chunks: usize,
+    a: &Rows,
+    r0: usize,
+    rows: usize,
+    p: usize,
+    g: usize,
+    cols: &Columns,
+    mut tiles: impl FnMut(usize) -> (*const u16, usize),
+) {
+    use std::arch::asm;
+    let (lda, ldb) = (a.stride * 2, 64usize);
+    let ap = a.bits.as_ptr().add(a.start + r0 * a.stride);
+    asm!(
+        "tilezero tmm0",
+        "tilezero tmm1",
+        "tilezero tmm2",
+        "tilezero tmm3",
+        options(nostack)
+    );
+    let mut inflight = [(std::ptr::null::<u16>(), 0usize); RING];
+    for t in 0..chunks + LAG {
+        if t < chunks {
+            inflight[t % RING] = tiles(t);
+        }
+        if t < LAG {
+            continue;
+        }
+        let c = t - LAG;
+        let (b0, ps) = inflight[c % RING];
+        let ap = ap.add(c * KC);
+        let (b1, b2, b3) = (b0.add(ps), b0.add(2 * ps), b0.add(3 * ps));
+        if g == GROUP {
+            asm!(
+                "tileloadd tmm4, [{a} + {lda}*1]",
+                "tileloadd tmm5, [{b0} + {ldb}*1]",
+                "tdpbf16ps tmm0, tmm4, tmm5",
+                "tileloadd tmm6, [{b1} + {ldb}*1]",
+                "tdpbf16ps tmm1, tmm4, tmm6",
+                "tileloadd tmm7, [{b2} + {ldb}*1]",
+                "tdpbf16ps tmm2, tmm4, tmm7",
+                "tileloadd tmm5, [{b3} + {ldb}*1]",
+                "tdpbf16ps tmm3, tmm4, tmm5",
+                a = in(reg) ap, lda = in(reg) lda, ldb = in(reg) ldb,
+                b0 = in(reg) b0, b1 = in(reg) b1, b2 = in(reg) b2, b3 = in(reg) b3,
+                options(nostack)
+            );
+        } else {
+            // a task's last panels, one at a time (each C tile's chain is the same)
+            asm!(
+                "tileloadd tmm4, [{a} + {lda}*1]",
+                "tileloadd tmm5, [{b0} + {ldb}*1]",
+                "tdpbf16ps tmm0, tmm4, tmm5",
+                a = in(reg) ap, lda = in(reg) lda, ldb = in(reg) ldb, b0 = in(reg) b0,
+                options(nostack)
+            );
+            if g > 1 {
+                asm!(
+                    "tileloadd tmm6, [{b1} + {ldb}*1]",
+                    "tdpbf16ps tmm1, tmm4, tmm6",
+                    ldb = in(reg) ldb, b1 = in(reg) b1, options(nostack)
+                );
+            }
+            if g > 2 {
+                asm!(
+                    "tileloadd tmm7, [{b2} + {ldb}*1]",
+                    "tdpbf16ps tmm2, tmm4, tmm7",
+                    ldb = in(reg) ldb, b2 = in(reg) b2, options(nostack)
+                );
+            }
+        }
+    }
+    #[repr(C, align(64))]
+    struct Out([[f32; PANEL * ROWS]; GROUP]);
+    let mut out = Out([[0f32; PANEL * ROWS]; GROUP]);
+    let s = PANEL * 4;
+    asm!(
+        "tilestored [{c0} + {s}*1], tmm0",
+        "tilestored [{c1} + {s}*1], tmm1",
+        "tilestored [{c2} + {s}*1], tmm2",
+        "tilestored [{c3} + {s}*1], tmm3",
+        c0 = in(reg) out.0[0].as_mut_ptr(), c1 = in(reg) out.0[1].as_mut_ptr(),
+        c2 = in(reg) out.0[2].as_mut_ptr(), c3 = in(reg) out.0[3].as_mut_ptr(),
+        s = in(reg) s, options(nostack)
+    );
+    for (i, c) in out.0.iter().enumerate().take(g) {
+        for r in 0..rows {
+            cols.set_run(r0 + r, (p + i) * PANEL, &c[r * PANEL..(r + 1) * PANEL]);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "bf16_tiles_tests.rs"]
+mod tests;
