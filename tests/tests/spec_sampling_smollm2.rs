@@ -26,6 +26,8 @@
 //! N = 44,000 per drafter (hours on 2 cores): `DSPARK_CHI_TRIALS=44000 DSPARK_CHI_TV=0.02
 //! cargo test --release -p dspark-tests --test spec_sampling_smollm2`. Each drafter must also accept drafts (a floor on the mean
 //! number accepted per round), or the test would only exercise the rejection path.
+//! A second test runs DSpark on `--matmul bf16` (AMX-BF16 tiles) against that target's own
+//! distribution.
 //! The prefix cache between trials is the engine's own: each trial reuses the target's and the
 //! drafter's state for the prompt, as a server request sharing a prefix does.
 
@@ -364,6 +366,40 @@ fn trained_drafters_sample_exactly_on_smollm2() {
     let mut dspark = load_dspark(&b, &drafter_dir("smollm2-135m-dspark-b7"), t).unwrap();
     check(
         "dspark-b7",
+        t,
+        &mut dspark,
+        &prompt,
+        sampling(1.0, 3, 0.9),
+        0.1,
+    );
+}
+
+/// The same test with `--matmul bf16` (AMX-BF16 tiles where the CPU has them): the reference
+/// distribution is the bf16 target's own, so DSpark's samples must be exact samples of it.
+#[test]
+fn dspark_samples_exactly_on_bf16_tiles() {
+    let b = CandleBackend::cpu().with_bf16_matmul(true);
+    let lm = load_model(
+        &b,
+        &artefact("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+        None,
+    )
+    .unwrap();
+    let opts = ChatOptions {
+        add_generation_prompt: true,
+        ..Default::default()
+    };
+    let text = lm
+        .tokenizer
+        .chat_template()
+        .unwrap()
+        .render(&json!([{"role": "user", "content": QUESTION}]), &opts)
+        .unwrap();
+    let prompt = lm.tokenizer.encode(&text, false).unwrap();
+    let t = &lm.model;
+    let mut dspark = load_dspark(&b, &drafter_dir("smollm2-135m-dspark-b7"), t).unwrap();
+    check(
+        "dspark-b7 bf16 tiles",
         t,
         &mut dspark,
         &prompt,
