@@ -228,7 +228,9 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
     let mut pipe: Pipeline<_> = launch::finish_pipeline(ls, &b, lm)?;
     if !a.prefix_cache.is_empty() {
         let rows = prefix::run(&mut pipe, &a.prefix_cache, &model_label)?;
-        let out = json!({"model": path.display().to_string(), "mode": pipe.mode.as_str(), "prefix_cache_ttft": rows});
+        let out = json!({"model": path.display().to_string(), "mode": pipe.mode.as_str(),
+            "keep_quantized": ls.keep_quantized, "matmul": ls.matmul.as_str(),
+            "prefix_cache_ttft": rows});
         write_json(&a.out, &out)?;
         println!("wrote {}", a.out.display());
         return Ok(());
