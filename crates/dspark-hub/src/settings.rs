@@ -386,5 +386,12 @@ mod tests {
         assert_eq!(a.restart_needed(&b), vec!["mode", "backend", "port"]);
         assert!(Settings::parse("backend = \"tpu\"\n", Path::new("c")).is_err());
         assert!(Settings::parse("dtype = \"f8\"\n", Path::new("c")).is_err());
+        let e = Settings::parse("matmul = \"f16\"\n", Path::new("c")).unwrap_err();
+        assert!(
+            e.to_string().contains("unknown matmul `f16` (f32, bf16)"),
+            "{e}"
+        );
+        let ok = Settings::parse("matmul = \"bf16\"\n", Path::new("c")).unwrap();
+        assert_eq!(ok.matmul.as_deref(), Some("bf16"));
     }
 }
