@@ -332,78 +332,53 @@ fn sampling(temperature: f32, top_k: usize, top_p: f32) -> SamplingParams {
     }
 }
 
-#[test]
-fn trained_drafters_sample_exactly_on_smollm2() {
-    let b = CandleBackend::cpu().with_exact_drafts(false); // 8-bit drafts, whatever the environment says
-    let lm = load_model(
-        &b,
-        &artefact("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
-        None,
-    )
-    .unwrap();
+/// [`QUESTION`] as the user turn, through the model's chat template.
+fn question_ids(tok: &dspark_engine::tokenizer::Tokenizer) -> Vec<u32> {
     let opts = ChatOptions {
         add_generation_prompt: true,
         ..Default::default()
     };
-    let text = lm
-        .tokenizer
+    let text = tok
         .chat_template()
         .unwrap()
         .render(&json!([{"role": "user", "content": QUESTION}]), &opts)
         .unwrap();
-    let prompt = lm.tokenizer.encode(&text, false).unwrap();
-    let t = &lm.model;
+    tok.encode(&text, false).unwrap()
+}
 
-    let mut dflash = load_dflash(&b, &drafter_dir("smollm2-135m-dflash-b8"), t).unwrap();
-    check(
-        "dflash-b8",
-        t,
-        &mut dflash,
-        &prompt,
-        sampling(1.0, 3, 1.0),
-        0.1,
-    );
-    let mut dspark = load_dspark(&b, &drafter_dir("smollm2-135m-dspark-b7"), t).unwrap();
-    check(
-        "dspark-b7",
-        t,
-        &mut dspark,
-        &prompt,
-        sampling(1.0, 3, 0.9),
-        0.1,
-    );
+/// DSpark b7 (and, with `dflash`, DFlash b8) sampling exactly on the demo over backend `b`.
+fn sample_on(b: &CandleBackend, label: &str, dflash: bool) {
+    let lm = load_model(
+        b,
+        &artefact("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+        None,
+    )
+    .unwrap();
+    let prompt = question_ids(&lm.tokenizer);
+    let t = &lm.model;
+    if dflash {
+        let mut d = load_dflash(b, &drafter_dir("smollm2-135m-dflash-b8"), t).unwrap();
+        let name = format!("dflash-b8{label}");
+        check(&name, t, &mut d, &prompt, sampling(1.0, 3, 1.0), 0.1);
+    }
+    let mut d = load_dspark(b, &drafter_dir("smollm2-135m-dspark-b7"), t).unwrap();
+    let name = format!("dspark-b7{label}");
+    check(&name, t, &mut d, &prompt, sampling(1.0, 3, 0.9), 0.1);
+}
+
+#[test]
+fn trained_drafters_sample_exactly_on_smollm2() {
+    // 8-bit drafts, whatever the environment says
+    sample_on(&CandleBackend::cpu().with_exact_drafts(false), "", true);
 }
 
 /// The same test with `--matmul bf16` (AMX-BF16 tiles where the CPU has them): the reference
 /// distribution is the bf16 target's own, so DSpark's samples must be exact samples of it.
 #[test]
 fn dspark_samples_exactly_on_bf16_tiles() {
-    let b = CandleBackend::cpu().with_bf16_matmul(true);
-    let lm = load_model(
-        &b,
-        &artefact("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
-        None,
-    )
-    .unwrap();
-    let opts = ChatOptions {
-        add_generation_prompt: true,
-        ..Default::default()
-    };
-    let text = lm
-        .tokenizer
-        .chat_template()
-        .unwrap()
-        .render(&json!([{"role": "user", "content": QUESTION}]), &opts)
-        .unwrap();
-    let prompt = lm.tokenizer.encode(&text, false).unwrap();
-    let t = &lm.model;
-    let mut dspark = load_dspark(&b, &drafter_dir("smollm2-135m-dspark-b7"), t).unwrap();
-    check(
-        "dspark-b7 bf16 tiles",
-        t,
-        &mut dspark,
-        &prompt,
-        sampling(1.0, 3, 0.9),
-        0.1,
+    sample_on(
+        &CandleBackend::cpu().with_bf16_matmul(true),
+        " bf16 tiles",
+        false,
     );
 }

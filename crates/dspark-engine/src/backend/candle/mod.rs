@@ -114,35 +114,29 @@ impl Backend for CandleBackend {
     }
 
     fn gather_rows(&self, w: &CandleLinear, ids: &[u32]) -> BResult<Tensor> {
-        if let CandleLinear::Bf16Blocks(t) = w {
-            let mut data = Vec::with_capacity(ids.len() * t.k);
-            for &id in ids {
-                if id as usize >= t.n {
-                    return Err(err(candle_core::Error::Msg(format!(
-                        "token id {id} is outside the {}-row table",
-                        t.n
-                    ))));
-                }
-                data.extend(t.dequantize_row(id as usize));
+        // (rows, row length, one row's dequantized values) of the packed table
+        type Row<'a> = Box<dyn Fn(usize) -> Vec<f32> + 'a>;
+        let (n, k, row): (usize, usize, Row<'_>) = match w {
+            CandleLinear::Blocks(p) | CandleLinear::Exact(p) => {
+                (p.n, p.k, Box::new(|j| p.dequantize_row(j)))
             }
-            return Tensor::from_vec(data, (1, ids.len(), t.k), &self.device).map_err(err);
-        }
-        let (CandleLinear::Blocks(p) | CandleLinear::Exact(p)) = w else {
-            return Err(err(candle_core::Error::Msg(
-                "row gather needs packed blocks".into(),
-            )));
+            CandleLinear::Bf16Blocks(t) => (t.n, t.k, Box::new(|j| t.dequantize_row(j))),
+            _ => {
+                return Err(err(candle_core::Error::Msg(
+                    "row gather needs packed blocks".into(),
+                )))
+            }
         };
-        let mut data = Vec::with_capacity(ids.len() * p.k);
+        let mut data = Vec::with_capacity(ids.len() * k);
         for &id in ids {
-            if id as usize >= p.n {
+            if id as usize >= n {
                 return Err(err(candle_core::Error::Msg(format!(
-                    "token id {id} is outside the {}-row table",
-                    p.n
+                    "token id {id} is outside the {n}-row table"
                 ))));
             }
-            data.extend(p.dequantize_row(id as usize));
+            data.extend(row(id as usize));
         }
-        Tensor::from_vec(data, (1, ids.len(), p.k), &self.device).map_err(err)
+        Tensor::from_vec(data, (1, ids.len(), k), &self.device).map_err(err)
     }
 
     fn linear_from_tensor(&self, t: &Tensor) -> BResult<CandleLinear> {

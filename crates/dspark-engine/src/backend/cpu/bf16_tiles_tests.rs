@@ -2,17 +2,7 @@
 //! inputs, and batch invariance across row counts, column groupings and task splits.
 
 use super::*;
-
-fn rand_vec(n: usize, seed: &mut u64) -> Vec<f32> {
-    (0..n)
-        .map(|_| {
-            *seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((*seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-        })
-        .collect()
-}
+use crate::backend::cpu::qpack::testing::rand_vec;
 
 fn bf(v: f32) -> f64 {
     half::bf16::from_f32(v).to_f64()
@@ -162,6 +152,7 @@ fn neighbours_do_not_change_a_rows_bits() {
 fn rebuilt_blocks_give_the_dequantized_tiles_bits() {
     use crate::backend::cpu::bf16_rebuild::QTiles;
     use crate::backend::cpu::qpack::{testing, QFormat, QPacked};
+
     if !available() {
         eprintln!("skipped: this CPU lacks AMX-BF16");
         return;

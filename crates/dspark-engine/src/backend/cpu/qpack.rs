@@ -435,6 +435,13 @@ pub(super) mod testing {
         *seed >> 33
     }
 
+    /// `n` values uniform in [-0.5, 0.5).
+    pub fn rand_vec(n: usize, seed: &mut u64) -> Vec<f32> {
+        (0..n)
+            .map(|_| (rng(seed) >> 7) as f32 / (1u64 << 24) as f32 - 0.5)
+            .collect()
+    }
+
     /// `got` (one output of an 8-bit-activation matmul of row `xr` by weight row `wj`) is
     /// within what rounding the activations to 8 bits per block of 32 can cause,
     /// `Σ_i |w_i| · amax(block of i) / 254`, plus f32 slop; `what` names it on failure.
