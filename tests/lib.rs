@@ -211,3 +211,24 @@ pub fn assert_none_failed(failures: &[String], total: usize, what: &str) {
         failures.join("\n")
     );
 }
+
+/// The first `n` held-out MT-Bench first turns (the fetched `mtbench/question.jsonl`) as the
+/// user turn of a chat, rendered by `tok`'s chat template with the generation prompt, as dspark
+/// renders a request.
+pub fn mtbench_chat_prompts(tok: &dspark_engine::tokenizer::Tokenizer, n: usize) -> Vec<Vec<u32>> {
+    let questions = std::fs::read_to_string(artefact("mtbench/question.jsonl")).unwrap();
+    let opts = dspark_engine::chat_template::ChatOptions {
+        add_generation_prompt: true,
+        ..Default::default()
+    };
+    questions
+        .lines()
+        .take(n)
+        .map(|line| {
+            let q: serde_json::Value = serde_json::from_str(line).unwrap();
+            let msgs = serde_json::json!([{"role": "user", "content": q["turns"][0]}]);
+            let text = tok.chat_template().unwrap().render(&msgs, &opts).unwrap();
+            tok.encode(&text, false).unwrap()
+        })
+        .collect()
+}

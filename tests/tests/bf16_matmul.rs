@@ -10,37 +10,20 @@
 use dspark_engine::backend::candle::CandleBackend;
 use dspark_engine::backend::cpu::bf16_tiles;
 use dspark_engine::backend::Backend;
-use dspark_engine::chat_template::ChatOptions;
 use dspark_engine::generate::GenParams;
 use dspark_engine::load::load_model;
 use dspark_engine::model::transformer::LogitsWanted;
 use dspark_engine::pipeline::{load_drafter, Pipeline};
 use dspark_engine::sampling::SamplingParams;
 use dspark_engine::spec::{Mode, SpecParams};
-use dspark_tests::artefact;
-use serde_json::{json, Value};
+use dspark_tests::{artefact, mtbench_chat_prompts};
 
 const PROMPTS: usize = 20;
 const MAX_TOKENS: usize = 40;
 
 fn prompts(b: &CandleBackend) -> Vec<Vec<u32>> {
     let gguf = artefact("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
-    let tok = load_model(b, &gguf, None).unwrap().tokenizer;
-    let questions = std::fs::read_to_string(artefact("mtbench/question.jsonl")).unwrap();
-    let opts = ChatOptions {
-        add_generation_prompt: true,
-        ..Default::default()
-    };
-    questions
-        .lines()
-        .take(PROMPTS)
-        .map(|line| {
-            let q: Value = serde_json::from_str(line).unwrap();
-            let msgs = json!([{"role": "user", "content": q["turns"][0]}]);
-            let text = tok.chat_template().unwrap().render(&msgs, &opts).unwrap();
-            tok.encode(&text, false).unwrap()
-        })
-        .collect()
+    mtbench_chat_prompts(&load_model(b, &gguf, None).unwrap().tokenizer, PROMPTS)
 }
 
 fn greedy(b: &CandleBackend, prompts: &[Vec<u32>]) -> Vec<Vec<u32>> {

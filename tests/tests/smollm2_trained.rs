@@ -16,14 +16,13 @@
 use std::path::PathBuf;
 
 use dspark_engine::backend::candle::CandleBackend;
-use dspark_engine::chat_template::ChatOptions;
 use dspark_engine::generate::GenParams;
 use dspark_engine::load::load_model;
 use dspark_engine::pipeline::{load_drafter, Pipeline};
 use dspark_engine::sampling::SamplingParams;
 use dspark_engine::spec::{Mode, SpecParams};
-use dspark_tests::{artefact, as_u32s, fixture};
-use serde_json::{json, Value};
+use dspark_tests::{artefact, as_u32s, fixture, mtbench_chat_prompts};
+use serde_json::Value;
 
 const PROMPTS: usize = 20;
 /// The fixed set whose rounds the evaluator recorded and on which the floor holds.
@@ -60,7 +59,6 @@ struct Case {
 #[test]
 fn trained_drafters_equal_baseline_and_match_the_evaluator() {
     let gguf = artefact("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
-    let questions = std::fs::read_to_string(artefact("mtbench/question.jsonl")).unwrap();
     let fx: Value = serde_json::from_str(
         &std::fs::read_to_string(fixture("spec/smollm2_trained_rounds.json")).unwrap(),
     )
@@ -74,21 +72,7 @@ fn trained_drafters_equal_baseline_and_match_the_evaluator() {
 
     // prompts as dspark renders them, checked against the evaluator's ids
     let lm = load_model(&b, &gguf, None).unwrap();
-    let tok = lm.tokenizer.clone();
-    let opts = ChatOptions {
-        add_generation_prompt: true,
-        ..Default::default()
-    };
-    let prompts: Vec<Vec<u32>> = questions
-        .lines()
-        .take(PROMPTS)
-        .map(|line| {
-            let q: Value = serde_json::from_str(line).unwrap();
-            let msgs = json!([{"role": "user", "content": q["turns"][0]}]);
-            let text = tok.chat_template().unwrap().render(&msgs, &opts).unwrap();
-            tok.encode(&text, false).unwrap()
-        })
-        .collect();
+    let prompts = mtbench_chat_prompts(&lm.tokenizer, PROMPTS);
     for (i, p) in prompts.iter().take(ROUND_PROMPTS).enumerate() {
         assert_eq!(p, &as_u32s(&fx["prompt_ids"][i]), "prompt {i} ids");
     }

@@ -122,6 +122,11 @@ fn aligned(t: Tensor) -> BResult<Tensor> {
     }
 }
 
+/// Whether `q` holds GGUF blocks (anything but plain f32 / f16 / bf16).
+fn block_quantized(q: &candle_core::quantized::QTensor) -> bool {
+    !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16)
+}
+
 fn our_block_format(d: GgmlDType) -> Option<QFormat> {
     match d {
         GgmlDType::Q8_0 => Some(QFormat::Q8_0),
@@ -134,12 +139,13 @@ fn our_block_format(d: GgmlDType) -> Option<QFormat> {
 }
 
 /// `q`'s blocks repacked for our kernels by `pack` (`QPacked::from_gguf` for the exact kernel,
-/// `qgemv::pack` for the 8-bit-activation kernels, which picks their layout).
-fn packed(
+/// `qgemv::pack` for the 8-bit-activation kernels, which picks their layout,
+/// `QTiles::from_gguf` for the bf16 tiles).
+fn packed<T>(
     q: &candle_core::quantized::QTensor,
     fmt: QFormat,
-    pack: fn(QFormat, &[u8], usize, usize) -> Result<QPacked, String>,
-) -> BResult<Arc<QPacked>> {
+    pack: fn(QFormat, &[u8], usize, usize) -> Result<T, String>,
+) -> BResult<Arc<T>> {
     let (n, k) = q.shape().dims2().map_err(err)?;
     let bytes = q.data().map_err(err)?;
     pack(fmt, &bytes, n, k)
@@ -198,7 +204,7 @@ impl CandleBackend {
             return Ok(t);
         }
         if let HostTensor::Ggml(q) = host {
-            let quantized = !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+            let quantized = block_quantized(q);
             if self.keep_quantized && quantized && self.device.is_cpu() && self.dtype == DType::F32
             {
                 let q = fast_cpu_format(q)?;
@@ -256,8 +262,7 @@ impl CandleBackend {
     /// `host` as bf16 AMX tiles where `--matmul bf16` asked for them and this CPU has them
     /// (weights kept quantized by `--keep-quantized` stay so).
     fn bf16_tiles(&self, host: &HostTensor) -> BResult<Option<CandleLinear>> {
-        let kept = matches!(host, HostTensor::Ggml(q) if self.keep_quantized
-            && !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16));
+        let kept = matches!(host, HostTensor::Ggml(q) if self.keep_quantized && block_quantized(q));
         if !(self.bf16_matmul
             && !kept
             && self.device.is_cpu()
@@ -271,11 +276,8 @@ impl CandleBackend {
         if let HostTensor::Ggml(q) = host {
             let fmt = our_block_format(q.dtype()).filter(|f| bf16_rebuild::takes(*f));
             if let Some(fmt) = fmt {
-                let (n, k) = q.shape().dims2().map_err(err)?;
-                let bytes = q.data().map_err(err)?;
-                return bf16_rebuild::QTiles::from_gguf(fmt, &bytes, n, k)
-                    .map(|t| Some(CandleLinear::Bf16Blocks(Arc::new(t))))
-                    .map_err(|e| err(candle_core::Error::Msg(e)));
+                let t = packed(q, fmt, bf16_rebuild::QTiles::from_gguf)?;
+                return Ok(Some(CandleLinear::Bf16Blocks(t)));
             }
         }
         let t = self.dense_f32_host(host)?;

@@ -13,7 +13,7 @@
 //! `2r + l % 2`. Nibble formats store byte `l` of a row as (first-half lane `l`) |
 //! (second-half lane `l`) << 4; Q8_0 stores the two halves' 16 codes one after the other.
 
-use super::bf16_tiles::{TileSource, KC, PANEL, TILE};
+use super::bf16_tiles::{line_start, TileSource, KC, PANEL, TILE};
 use super::qpack::{decode_block, row_bytes, Block, QFormat};
 
 /// Whether `fmt` can be rebuilt into bf16 tiles.
@@ -31,7 +31,9 @@ pub struct QTiles {
     pub k: usize,
     chunks: usize,
     stride: usize,
+    /// The records, 64-byte aligned from `start`.
     codes: Vec<u8>,
+    start: usize,
 }
 
 fn code_bytes(fmt: QFormat) -> usize {
@@ -62,6 +64,7 @@ impl QTiles {
         let chunks = k / KC;
         let stride = code_bytes(fmt) + 2 * PANEL * param_bytes(fmt);
         let mut codes = vec![0u8; n.div_ceil(PANEL) * chunks * stride + 64];
+        let start = line_start(&codes);
         let mut blocks: Vec<Block> = Vec::with_capacity(chunks);
         let (gb, ge) = fmt.gguf_block();
         for j in 0..n {
@@ -72,7 +75,8 @@ impl QTiles {
             debug_assert_eq!(blocks.len() * KC, k.div_ceil(ge) * ge);
             let (p, col) = (j / PANEL, j % PANEL);
             for (c, blk) in blocks.iter().enumerate() {
-                let rec = &mut codes[(p * chunks + c) * stride..(p * chunks + c + 1) * stride];
+                let at = start + (p * chunks + c) * stride;
+                let rec = &mut codes[at..at + stride];
                 put_codes(fmt, rec, col, &blk.codes);
                 let pb = param_bytes(fmt);
                 let at = code_bytes(fmt) + col * pb;
@@ -88,12 +92,17 @@ impl QTiles {
             chunks,
             stride,
             codes,
+            start,
         })
     }
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.codes.len()
+    }
+
+    fn records(&self) -> &[u8] {
+        &self.codes[self.start..]
     }
 
     /// Row `j` of the weight as its f32 dequantized values (a tied embedding's lookup).
@@ -108,7 +117,7 @@ impl QTiles {
         let z = self.fmt.zero_point() as f32;
         let mut out = Vec::with_capacity(self.k);
         for c in 0..self.chunks {
-            let rec = &self.codes[(p * self.chunks + c) * self.stride..];
+            let rec = &self.records()[(p * self.chunks + c) * self.stride..];
             let cb = code_bytes(self.fmt);
             let d = param(&rec[cb + col * pb..]);
             let m = param(&rec[cb + (PANEL + col) * pb..]);
@@ -155,25 +164,15 @@ fn put_param(at: &mut [u8], v: f32) {
 impl TileSource for QTiles {
     const REBUILT: bool = true;
 
-    fn n(&self) -> usize {
-        self.n
-    }
-
-    fn k(&self) -> usize {
-        self.k
-    }
-
-    fn chunks(&self) -> usize {
-        self.chunks
+    fn dims(&self) -> (usize, usize, usize) {
+        (self.n, self.k, self.chunks)
     }
 
     unsafe fn chunk(&self, p: usize, g: usize, c: usize, buf: *mut u16) -> (*const u16, usize) {
         #[cfg(target_arch = "x86_64")]
         for i in 0..g {
-            let rec = self
-                .codes
-                .as_ptr()
-                .add(((p + i) * self.chunks + c) * self.stride);
+            let at = ((p + i) * self.chunks + c) * self.stride;
+            let rec = self.records().as_ptr().add(at);
             let out = buf.add(i * TILE);
             // the next chunks' records, a few tiles ahead in each panel's stream
             let ahead = rec.wrapping_add(4 * self.stride);

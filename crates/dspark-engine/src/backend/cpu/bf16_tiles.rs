@@ -32,6 +32,18 @@ const ROWS: usize = 16;
 /// Panels multiplied per pass over the chunks (C tiles held at once).
 const GROUP: usize = 4;
 
+/// The element offset from the start of `v` to its first 64-byte boundary (buffers here are
+/// allocated 64 bytes long and used from there, so tiles and tile rows never split a line).
+pub(super) fn line_start<T>(v: &[T]) -> usize {
+    (64 - v.as_ptr() as usize % 64) % 64 / std::mem::size_of::<T>()
+}
+
+/// Where weight `i` of column `j` lies in tiles of `chunks` chunks a panel (module docs).
+fn tile_at(chunks: usize, j: usize, i: usize) -> usize {
+    let (p, col, c, kk) = (j / PANEL, j % PANEL, i / KC, i % KC);
+    ((p * chunks + c) * (KC / 2) + kk / 2) * 2 * PANEL + 2 * col + kk % 2
+}
+
 /// Whether the bf16 tiles run here: the CPU has AMX-BF16 and Linux granted the tile state.
 pub fn available() -> bool {
     super::amx::granted(super::amx::Unit::Bf16)
@@ -62,14 +74,11 @@ impl Bf16Tiles {
         let (panels, chunks) = (n.div_ceil(PANEL), k.div_ceil(KC));
         let len = panels * chunks * PANEL * KC;
         let mut data = vec![0u16; len + 32];
-        let start = (64 - (data.as_ptr() as usize) % 64) % 64 / 2;
+        let start = line_start(&data);
         let tiles = &mut data[start..start + len];
         for j in 0..n {
-            let (p, col) = (j / PANEL, j % PANEL);
             for i in 0..k {
-                let (c, kk) = (i / KC, i % KC);
-                let at = ((p * chunks + c) * (KC / 2) + kk / 2) * 2 * PANEL + 2 * col + kk % 2;
-                tiles[at] = bits(j * k + i);
+                tiles[tile_at(chunks, j, i)] = bits(j * k + i);
             }
         }
         Bf16Tiles {
@@ -96,9 +105,7 @@ impl Bf16Tiles {
     /// Weight `(j, i)` as f32 (tests).
     #[cfg(test)]
     fn get(&self, j: usize, i: usize) -> f32 {
-        let (p, col, c, kk) = (j / PANEL, j % PANEL, i / KC, i % KC);
-        let at = ((p * self.chunks + c) * (KC / 2) + kk / 2) * 2 * PANEL + 2 * col + kk % 2;
-        half::bf16::from_bits(self.data[self.start + at]).to_f32()
+        half::bf16::from_bits(self.data[self.start + tile_at(self.chunks, j, i)]).to_f32()
     }
 }
 
@@ -111,16 +118,18 @@ struct Rows {
 
 fn round_rows(x: &[f32], m: usize, k: usize, chunks: usize, into: &mut Rows) {
     into.stride = chunks * KC;
-    into.bits.clear();
-    into.bits.resize(m * into.stride + 32, 0);
+    // every value below is written, so the buffer is only grown, not cleared
+    into.bits
+        .resize(into.bits.len().max(m * into.stride + 32), 0);
     // rows start on cache lines (stride is 64 bytes a chunk): a tile row never splits
-    into.start = (64 - (into.bits.as_ptr() as usize) % 64) % 64 / 2;
+    into.start = line_start(&into.bits);
     for (r, row) in x.chunks_exact(k).take(m).enumerate() {
         let at = into.start + r * into.stride;
-        let out = &mut into.bits[at..at + k];
+        let (out, pad) = into.bits[at..at + into.stride].split_at_mut(k);
         for (o, v) in out.iter_mut().zip(row) {
             *o = to_bf16(*v);
         }
+        pad.fill(0);
     }
 }
 
@@ -142,10 +151,8 @@ fn to_bf16(v: f32) -> u16 {
 pub trait TileSource: Sync {
     /// Whether the tiles are rebuilt for each call (else read where they lie).
     const REBUILT: bool;
-    fn n(&self) -> usize;
-    fn k(&self) -> usize;
-    /// Chunks of 32 weights per column (B tiles per panel).
-    fn chunks(&self) -> usize;
+    /// Output columns `n`, inputs `k`, and chunks of 32 weights per column (B tiles a panel).
+    fn dims(&self) -> (usize, usize, usize);
     /// The B tiles of chunk `c` of panels `p..p + g`: where panel `p`'s lies and how many u16
     /// on the next panel's is. A rebuilt source writes them into `buf` (room for `g` tiles).
     ///
@@ -161,16 +168,8 @@ pub(super) const TILE: usize = PANEL * KC;
 impl TileSource for Bf16Tiles {
     const REBUILT: bool = false;
 
-    fn n(&self) -> usize {
-        self.n
-    }
-
-    fn k(&self) -> usize {
-        self.k
-    }
-
-    fn chunks(&self) -> usize {
-        self.chunks
+    fn dims(&self) -> (usize, usize, usize) {
+        (self.n, self.k, self.chunks)
     }
 
     unsafe fn chunk(&self, p: usize, _g: usize, c: usize, _buf: *mut u16) -> (*const u16, usize) {
@@ -182,7 +181,7 @@ impl TileSource for Bf16Tiles {
 /// `y[m · n]` from `x[m · k]` and `w`. Panics where [`available`] is false or on inconsistent
 /// lengths.
 pub fn gemm(x: &[f32], m: usize, w: &impl TileSource, y: &mut [f32]) {
-    let (n, k) = (w.n(), w.k());
+    let (n, k, chunks) = w.dims();
     assert!(available(), "bf16_tiles: no AMX-BF16 tiles here");
     assert_eq!(x.len(), m * k, "bf16_tiles: x is not m*k");
     assert_eq!(y.len(), m * n, "bf16_tiles: y is not m*n");
@@ -201,20 +200,18 @@ pub fn gemm(x: &[f32], m: usize, w: &impl TileSource, y: &mut [f32]) {
             }
         })
     };
+    let mut fill = |a: &mut Rows| {
+        round_rows(x, m, k, chunks, a);
+        run(a)
+    };
     SCRATCH.with(|s| match s.try_borrow_mut() {
-        Ok(mut a) => {
-            round_rows(x, m, k, w.chunks(), &mut a);
-            run(&a)
-        }
-        Err(_) => {
-            let mut a = Rows {
-                bits: Vec::new(),
-                start: 0,
-                stride: 0,
-            };
-            round_rows(x, m, k, w.chunks(), &mut a);
-            run(&a)
-        }
+        Ok(mut a) => fill(&mut a),
+        // a nested call on this thread (none today) rounds into a buffer of its own
+        Err(_) => fill(&mut Rows {
+            bits: Vec::new(),
+            start: 0,
+            stride: 0,
+        }),
     });
 }
 
@@ -248,8 +245,10 @@ unsafe fn task<W: TileSource>(w: &W, a: &Rows, m: usize, cols: &Columns) {
         static SCRATCH: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
     }
     let panels = cols.j0 / PANEL..cols.j1.div_ceil(PANEL);
-    let chunks = w.chunks();
-    let mut ring = Ring([[0; GROUP * TILE]; RING]);
+    let chunks = w.dims().2;
+    // written by a rebuilt source before its tiles are loaded (not zeroed: 12 KiB a call)
+    let mut ring = std::mem::MaybeUninit::<Ring>::uninit();
+    let ring = ring.as_mut_ptr() as *mut u16;
     let mut p = panels.start;
     while p < panels.end {
         let g = (panels.end - p).min(GROUP);
@@ -257,9 +256,8 @@ unsafe fn task<W: TileSource>(w: &W, a: &Rows, m: usize, cols: &Columns) {
             for r0 in (0..m).step_by(ROWS) {
                 let rows = (m - r0).min(ROWS);
                 super::amx::configure(&config(rows));
-                let ring = &mut ring;
                 group(chunks, a, r0, rows, p, g, cols, |c| {
-                    w.chunk(p, g, c, ring.0[c % RING].as_mut_ptr())
+                    w.chunk(p, g, c, ring.add(c % RING * GROUP * TILE))
                 });
             }
         } else {
@@ -269,9 +267,7 @@ unsafe fn task<W: TileSource>(w: &W, a: &Rows, m: usize, cols: &Columns) {
                 if s.len() < len + 32 {
                     s.resize(len + 32, 0);
                 }
-                let base = s
-                    .as_mut_ptr()
-                    .add((64 - (s.as_ptr() as usize) % 64) % 64 / 2);
+                let base = s.as_mut_ptr().add(line_start(&s));
                 for c in 0..chunks {
                     w.chunk(p, g, c, base.add(c * g * TILE));
                 }

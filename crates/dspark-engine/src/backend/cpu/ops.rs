@@ -78,21 +78,19 @@ impl<W: TileSource> CustomOp1 for Bf16Gemm<'_, W> {
         let (&k, lead) = xd
             .split_last()
             .ok_or_else(|| msg("bf16 tiles: x is a scalar"))?;
-        if k != self.w.k() {
-            return Err(msg(format!(
-                "bf16 tiles: x {xd:?} does not fit k {}",
-                self.w.k()
-            )));
+        let (n, wk, _) = self.w.dims();
+        if k != wk {
+            return Err(msg(format!("bf16 tiles: x {xd:?} does not fit k {wk}")));
         }
         let x = match xs {
             CpuStorage::F32(v) => &v[x0..x1],
             _ => return Err(msg("bf16 tiles: x must be f32")),
         };
         let m = lead.iter().product::<usize>();
-        let mut y = vec![0f32; m * self.w.n()];
+        let mut y = vec![0f32; m * n];
         bf16_tiles::gemm(x, m, self.w, &mut y);
         let mut od = xd.to_vec();
-        *od.last_mut().unwrap() = self.w.n();
+        *od.last_mut().unwrap() = n;
         Ok((CpuStorage::F32(y), Shape::from(od)))
     }
 }
