@@ -31,6 +31,9 @@
 #   --markov: the DSpark-shaped oracle runs (tau 2, 4, 6.5) with DSpark's greedy chain fused
 #          (the default, one launch a draft row) and op by op (DSPARK_CUDA_MARKOV=0),
 #          alternated twice in one call
+#   --vocab: both oracle drafters (tau 2, 4, 6.5) with a draft vocabulary of 32,768 ids
+#          (--draft-vocab 32768: their heads score a fifth of the 151,936 ids) and with the
+#          whole vocabulary (--draft-vocab 0), alternated twice in one call
 #   --spec: only the two oracle runs of --q8b (DFlash- and DSpark-shaped drafters, tau 2, 4, 6.5)
 #   --vs-hf: dspark's baseline decode and HF transformers (static cache, then torch.compile
 #            reduce-overhead) on the same checkpoint and ids at 1024 and 8192 context, one call
@@ -39,7 +42,7 @@
 # target/cuda/run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 VER=0 PDL=0 QKV1=0 GLU=0 PRE=0 GRAPHS=0 SPEC=0 CLU=0 H2=0 MARKOV=0 PACK=target/cuda/carry/cuda-bins.tar.xz
+Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 VER=0 PDL=0 QKV1=0 GLU=0 PRE=0 GRAPHS=0 SPEC=0 CLU=0 H2=0 MARKOV=0 VOCAB=0 PACK=target/cuda/carry/cuda-bins.tar.xz
 for a in "$@"; do
   case $a in
     --q8b) Q8B=1 ;;
@@ -57,6 +60,7 @@ for a in "$@"; do
     --h2) H2=1 ;;
     --spec) SPEC=1 ;;
     --markov) MARKOV=1 ;;
+    --vocab) VOCAB=1 ;;
     *) PACK=$a ;;
   esac
 done
@@ -142,6 +146,20 @@ if [ $MARKOV = 1 ]; then
   for r in 1 2; do
     for e in 1 0; do q env DSPARK_CUDA_MARKOV=$e $B --out "$LOG/bench_markov${e}_$r.json"; done
   done
+fi
+if [ $VOCAB = 1 ]; then
+  checkpoint
+  B="$BIN/dspark bench --model $M --device cuda --dtype bf16 --mem-bandwidth-gbs 4130 --max-tokens 128 \
+    --prompt-ids $M/prompt_ids.json --confidence-threshold 0 --baseline-only --oracle-tau 2,4,6.5"
+  q() { echo "== $*" >>"$LOG/q8b.txt"; ( time timeout 150 "$@" ) >>"$LOG/q8b.txt" 2>&1; tail -8 "$LOG/q8b.txt"; }
+  mkdir -p /tmp/vocab
+  for r in 1 2; do
+    for k in 32768 0; do
+      q $B --mode dflash --drafter $M/dflash-b16 --draft-vocab $k --out "/tmp/vocab/bench_vocab${k}_dflash_$r.json"
+      q $B --mode dspark --drafter $M/dspark-b7 --draft-vocab $k --out "/tmp/vocab/bench_vocab${k}_dspark_$r.json"
+    done
+  done
+  tar -cf "$LOG/vocab.tar" -C /tmp vocab
 fi
 if [ $VER = 1 ]; then
   checkpoint

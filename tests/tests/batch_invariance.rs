@@ -244,13 +244,16 @@ fn cuda_markov_chain_fused_equals_the_ops() {
         (151936, 256, 7, false),
     ];
     for (case, &(vocab, rank, n, f32_logits)) in cases.iter().enumerate() {
-        let w1: Vec<f32> = (0..vocab * rank).map(|_| coarse(16, 0.125)).collect();
+        // case 1: w1 longer than the vocabulary, the pending token past it (a draft
+        // vocabulary's extended table: subset rows, then the whole w1)
+        let v1 = vocab + if case == 1 { 700 } else { 0 };
+        let w1: Vec<f32> = (0..v1 * rank).map(|_| coarse(16, 0.125)).collect();
         let w2: Vec<f32> = (0..vocab * rank).map(|_| coarse(8, 0.0625)).collect();
         let mut logits: Vec<f32> = (0..n * vocab).map(|_| coarse(32, 0.25)).collect();
         logits[vocab + 3] = f32::NAN;
         logits[2 * vocab..3 * vocab].fill(f32::NEG_INFINITY);
         logits[4 * vocab + 1] = f32::NAN;
-        let w1 = b.from_f32(&w1, &[vocab, rank]).unwrap();
+        let w1 = b.from_f32(&w1, &[v1, rank]).unwrap();
         let w2 = b
             .linear(&HostTensor::from_f32(vec![vocab, rank], &w2))
             .unwrap();
@@ -258,7 +261,11 @@ fn cuda_markov_chain_fused_equals_the_ops() {
         if f32_logits {
             logits = b.to_dtype(&logits, DType::F32).unwrap();
         }
-        let pending = (case * 997 % vocab) as u32;
+        let pending = if v1 > vocab {
+            (vocab + 123) as u32
+        } else {
+            (case * 997 % vocab) as u32
+        };
         let mut want = Vec::new();
         let mut prev = pending;
         for i in 0..n {

@@ -452,6 +452,22 @@ fn dspark_sampling_is_exact() {
     check("dspark", &t, &mut d, 0.5, None);
 }
 
+/// A draft vocabulary of half the ids (0, 2, 5, 7, ranked first): the drafts' distribution is
+/// zero on ids 1, 3, 4 and 6, which the target then reaches only through the residual of a
+/// rejected draft; every position's marginal and the joint must stay exact.
+#[test]
+fn dspark_sampling_is_exact_with_a_draft_vocabulary() {
+    use dspark_engine::drafters::draft_vocab::{DraftVocabSize, VocabChoice};
+    let (t, d) = dspark_case();
+    let ranking = VocabChoice::ranked(Some(vec![7, 5, 2, 0, 1, 3, 4, 6]), None);
+    let mut d = d.with_vocab_choice(ranking);
+    assert_eq!(
+        d.set_draft_vocab(&t, DraftVocabSize::Top(V / 2)).unwrap(),
+        Some(V / 2)
+    );
+    check("dspark, draft vocabulary 0 2 5 7", &t, &mut d, 0.3, None);
+}
+
 #[test]
 fn dflash_sampling_is_exact() {
     let s = spec();

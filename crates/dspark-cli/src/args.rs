@@ -70,6 +70,12 @@ pub struct SpecArgs {
     /// DSpark confidence truncation threshold (default 0 = off).
     #[arg(long)]
     pub confidence_threshold: Option<f32>,
+    /// Ids a DFlash/DSpark drafter's head scores, its most frequent first: its draft
+    /// vocabulary (drafts stay exact; acceptance falls only where the target's token lies
+    /// outside it). 0 = the whole vocabulary. Default: the drafter's config
+    /// (`draft_vocab_size`), else the whole vocabulary. Env: DSPARK_DRAFT_VOCAB.
+    #[arg(long)]
+    pub draft_vocab: Option<usize>,
 }
 
 /// The settings layer of the model and speculative flags.
@@ -89,6 +95,7 @@ pub fn flag_layer(m: &ModelArgs, s: &SpecArgs) -> Settings {
         drafter: s.drafter.clone(),
         max_draft: s.max_draft,
         confidence_threshold: s.confidence_threshold,
+        draft_vocab: s.draft_vocab,
         ..Settings::default()
     }
 }

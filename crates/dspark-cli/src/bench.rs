@@ -36,7 +36,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 5)]
     pub prompts: usize,
     /// Held-out prompt set: mtbench (first turns when fetched, else built-in prompts) or
-    /// humaneval (each task's prompt as the user turn).
+    /// humaneval (each task's prompt as the user turn); or a file's path (a prompt per line,
+    /// or JSON lines with a "prompt" field).
     #[arg(long, default_value = "mtbench")]
     pub prompt_set: String,
     /// Sample at this temperature instead of greedy decoding (0 = greedy). Prompt i uses seed
@@ -419,6 +420,7 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
             "prefill_tok_s": ss.prompt_tokens as f64 / ss.prefill.max(1e-9),
             "mean_tau": tau, "achieved_over_ideal": ratio / tau, "draft_share": ss.draft / ss.decode_secs,
             "verify_share": ss.verify / ss.decode_secs, "max_draft": max_draft_label(&pipe, &a),
+            "draft_vocab": pipe.draft_vocab_len(),
             "rounds_by_draft_count": pipe.draft_budget().map(|b| b.rounds_by_count().to_vec()),
             "round_ms_by_draft_count": pipe.draft_budget().map(|b| (0..=b.block()).map(|k| b.round_cost(k).map(|c| 1e3 * c)).collect::<Vec<_>>()),
             "accept_rate_by_draft_position": pipe.draft_budget().map(|b| (0..b.block()).map(|i| b.accept_rate(i)).collect::<Vec<_>>()),

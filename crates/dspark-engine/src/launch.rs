@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use crate::backend::candle::CandleBackend;
 use crate::backend::{Backend, DType};
+pub use crate::drafters::draft_vocab::DraftVocabSize;
 use crate::error::EngineError;
 use crate::load::{load_model, LoadedModel};
 use crate::pipeline::{load_drafter, Pipeline};
@@ -68,6 +69,8 @@ pub struct LaunchSpec {
     /// Drafts per round; `None` = the mode's default (`spec::policy`).
     pub max_draft: Option<usize>,
     pub confidence_threshold: f32,
+    /// Ids a DFlash/DSpark drafter's head scores (`crate::drafters::draft_vocab`).
+    pub draft_vocab: DraftVocabSize,
     /// `None` = prefix cache off.
     pub prefix_cache: Option<PrefixCacheConfig>,
     /// Jobs that may wait while one generates.
@@ -88,6 +91,7 @@ impl LaunchSpec {
             matmul: Matmul::F32,
             max_draft: None,
             confidence_threshold: 0.0,
+            draft_vocab: DraftVocabSize::Drafter,
             prefix_cache: Some(PrefixCacheConfig::default()),
             queue: 8,
         }
@@ -320,12 +324,16 @@ pub fn finish_pipeline<B: LaunchBackend>(
                 .as_ref()
                 .ok_or(LaunchError::NoDrafter(mode.as_str()))?;
             let len = policy::draft_len(mode, spec.max_draft);
-            let d = load_drafter(b, &b.draft_backend(), mode, path, &lm.model, len).map_err(
-                |error| LaunchError::Load {
-                    path: path.clone(),
-                    error,
-                },
-            )?;
+            let load_err = |error| LaunchError::Load {
+                path: path.clone(),
+                error,
+            };
+            let mut d = load_drafter(b, &b.draft_backend(), mode, path, &lm.model, len)
+                .map_err(load_err)?;
+            if spec.draft_vocab != DraftVocabSize::Drafter {
+                d.set_draft_vocab(&lm.model, spec.draft_vocab)
+                    .map_err(load_err)?;
+            }
             Some(d)
         }
     };

@@ -126,6 +126,11 @@ impl<B: Backend> Pipeline<B> {
         self.budget.as_ref()
     }
 
+    /// How many ids the drafter's head scores (`None`: the whole vocabulary, or no drafter).
+    pub fn draft_vocab_len(&self) -> Option<usize> {
+        self.drafter.as_ref().and_then(|d| d.draft_vocab_len())
+    }
+
     pub fn drafter_name(&self) -> Option<&'static str> {
         self.drafter.as_ref().map(|d| d.name())
     }

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use dspark_engine::backend::DType;
-use dspark_engine::launch::{BackendKind, LaunchSpec, Matmul};
+use dspark_engine::launch::{BackendKind, DraftVocabSize, LaunchSpec, Matmul};
 use dspark_engine::prefix_cache::PrefixCacheConfig;
 use dspark_engine::spec::Mode as EngineMode;
 use dspark_engine::worker::Tuning;
@@ -67,6 +67,10 @@ pub fn launch_spec(s: &Settings, progress: &dyn Progress) -> Result<Launch, HubE
             .unwrap_or_default(),
         max_draft: s.max_draft,
         confidence_threshold: s.confidence_threshold.unwrap_or(0.0),
+        draft_vocab: s
+            .draft_vocab
+            .map(DraftVocabSize::from_count)
+            .unwrap_or_default(),
         prefix_cache,
         queue: s.queue.or(d.queue).unwrap_or(8),
     };

@@ -21,6 +21,7 @@ pub const KEYS: &[&str] = &[
     "matmul",
     "max_draft",
     "confidence_threshold",
+    "draft_vocab",
     "prefix_cache",
     "prefix_cache_slots",
     "prefix_cache_ram_mb",

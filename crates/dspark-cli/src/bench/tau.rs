@@ -53,9 +53,11 @@ pub fn run<B: LaunchBackend>(
     }
     let tau = tokens as f64 / rounds.max(1) as f64;
     println!(
-        "{} ({}), {} prompts of {} x up to {} tokens, {}: tau {tau:.3} over {rounds} rounds",
+        "{} ({}{}), {} prompts of {} x up to {} tokens, {}: tau {tau:.3} over {rounds} rounds",
         pipe.mode.as_str(),
         pipe.drafter_name().unwrap_or("no drafter"),
+        pipe.draft_vocab_len()
+            .map_or(String::new(), |k| format!(", draft vocabulary {k}")),
         ids.len(),
         a.prompt_set,
         a.max_tokens,
@@ -69,6 +71,7 @@ pub fn run<B: LaunchBackend>(
         "mode": pipe.mode.as_str(),
         "drafter": pipe.drafter_name(),
         "max_draft": super::max_draft_label(pipe, a),
+        "draft_vocab": pipe.draft_vocab_len(),
         "rounds_by_draft_count": pipe.draft_budget().map(|b| b.rounds_by_count().to_vec()),
         "prompt_set": a.prompt_set,
         "prompts": ids.len(),

@@ -281,6 +281,16 @@ impl Backend for MlxBackend {
         }
     }
 
+    fn draft_rows(&self, w: &MlxLinear, ids: &[u32]) -> BResult<Option<MlxLinear>> {
+        match w {
+            MlxLinear::Dense(a) => {
+                let rows = self.embedding_ids(a, ids, &[ids.len()])?;
+                Ok(Some(MlxLinear::Dense(rows)))
+            }
+            MlxLinear::Quant { .. } => Ok(None),
+        }
+    }
+
     fn linear_from_tensor(&self, t: &Array) -> BResult<MlxLinear> {
         Ok(MlxLinear::Dense(t.clone()))
     }

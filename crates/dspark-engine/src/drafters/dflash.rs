@@ -8,6 +8,7 @@ use rand::RngCore;
 
 use crate::backend::{BResult, Backend};
 use crate::constrain::Drafting;
+use crate::drafters::draft_vocab::{DraftVocab, DraftVocabSize, VocabChoice};
 use crate::error::EngineError;
 use crate::model::kv_injection::KvInjectionNet;
 use crate::model::transformer::Transformer;
@@ -16,11 +17,25 @@ use crate::spec::{Drafter, DrafterState, Proposal, SpecParams};
 
 pub struct DFlash<B: Backend> {
     net: KvInjectionNet<B>,
+    choice: VocabChoice,
+    /// The draft vocabulary and the target head's rows for it.
+    vocab: Option<(DraftVocab, B::Linear)>,
 }
 
 impl<B: Backend> DFlash<B> {
     pub fn new(net: KvInjectionNet<B>) -> Self {
-        DFlash { net }
+        DFlash {
+            net,
+            choice: VocabChoice::default(),
+            vocab: None,
+        }
+    }
+
+    /// What the drafter's directory says of its draft vocabulary (applied by
+    /// [`Drafter::set_draft_vocab`]).
+    pub fn with_vocab_choice(mut self, choice: VocabChoice) -> Self {
+        self.choice = choice;
+        self
     }
 }
 
@@ -40,13 +55,10 @@ pub(crate) fn choose_rows(
         if !grammar.open() {
             break;
         }
-        tokens.push(choose_one(
-            &mut row.to_vec(),
-            &mut grammar,
-            sampling,
-            rng,
-            &mut qs,
-        )?);
+        match choose_one(&mut row.to_vec(), &mut grammar, sampling, rng, &mut qs)? {
+            Some(d) => tokens.push(d),
+            None => break,
+        }
     }
     Ok(Proposal {
         tokens,
@@ -56,14 +68,19 @@ pub(crate) fn choose_rows(
 
 /// One draft from a drafter's row of logits: the grammar's mask applied, then the greedy pick,
 /// or a sample whose draft distribution is pushed to `qs`; the grammar then takes the choice.
+/// One draft from one row of logits, under the grammar; `None` when no id is left to draft
+/// (every id the grammar allows lies outside a draft vocabulary): the round's drafts end there.
 pub(crate) fn choose_one(
     row: &mut [f32],
     grammar: &mut Drafting,
     sampling: &SamplingParams,
     rng: &mut dyn RngCore,
     qs: &mut Vec<Vec<f32>>,
-) -> Result<u32, EngineError> {
+) -> Result<Option<u32>, EngineError> {
     grammar.mask(row)?;
+    if !row.iter().any(|x| x.is_finite()) {
+        return Ok(None);
+    }
     let d = if sampling.is_greedy() {
         pick(row, sampling, rng)
     } else {
@@ -73,7 +90,7 @@ pub(crate) fn choose_one(
         d
     };
     grammar.chose(d)?;
-    Ok(d)
+    Ok(Some(d))
 }
 
 /// The drafts' logits `[1, n, vocab]`: the block `[pending, mask..]` through the drafter over
@@ -84,12 +101,13 @@ fn draft_logits<B: Backend>(
     block: &[u32],
     n: usize,
     softcap: Option<f32>,
+    head_rows: Option<&B::Linear>,
 ) -> BResult<B::Tensor> {
     let b = target.backend();
     let x = target.embed(block)?;
     let h = net.block(&x)?;
     let rows = b.narrow(&h, 1, 1, n)?;
-    let logits = target.draft_lm_head(&rows)?;
+    let logits = target.draft_lm_head(&rows, head_rows)?;
     match softcap {
         Some(cap) => b.softcap(&logits, cap),
         None => Ok(logits),
@@ -140,21 +158,50 @@ impl<B: Backend> Drafter<B> for DFlash<B> {
         block[0] = pending;
         let n = max.min(bs - 1);
         let softcap = self.net.cfg.final_logit_softcapping;
-        let mut forward =
-            |net: &mut KvInjectionNet<B>| Ok(vec![draft_logits(net, target, &block, n, softcap)?]);
+        let head_rows = self.vocab.as_ref().map(|(_, w)| w);
+        let mut forward = |net: &mut KvInjectionNet<B>| {
+            Ok(vec![draft_logits(
+                net, target, &block, n, softcap, head_rows,
+            )?])
+        };
         let logits = self
             .net
             .block_step("dflash", &block, vec![n], &mut forward)?
             .pop()
             .ok_or_else(|| EngineError::Invalid("the dflash block step gave no logits".into()))?;
+        let vocab = self.vocab.as_ref().map(|(v, _)| v);
         if plain_greedy(sampling) && b.device_argmax() {
+            let ids = b.to_u32_vec(&b.argmax_last(&logits)?)?;
             return Ok(Proposal {
-                tokens: b.to_u32_vec(&b.argmax_last(&logits)?)?,
+                tokens: match vocab {
+                    Some(v) => v.full_ids(&ids),
+                    None => ids,
+                },
                 q: None,
             });
         }
         let host = b.to_f32_vec(&logits)?;
+        let host = match vocab {
+            Some(v) => v.scatter_rows(&host),
+            None => host,
+        };
         choose_rows(&host, target.cfg.vocab_size, sampling, rng)
+    }
+
+    fn set_draft_vocab(
+        &mut self,
+        target: &Transformer<B>,
+        size: DraftVocabSize,
+    ) -> Result<Option<usize>, EngineError> {
+        self.vocab = match self.choice.pick(size, target.cfg.vocab_size) {
+            Some(v) => target.draft_head_rows(v.ids())?.map(|w| (v, w)),
+            None => None,
+        };
+        Ok(self.draft_vocab_len())
+    }
+
+    fn draft_vocab_len(&self) -> Option<usize> {
+        self.vocab.as_ref().map(|(v, _)| v.len())
     }
 
     fn commit(
@@ -183,5 +230,34 @@ impl<B: Backend> Drafter<B> for DFlash<B> {
 
     fn put_state(&mut self, state: DrafterState<B>) {
         self.net.put_context(state.kv);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+
+    use super::*;
+
+    /// A row left with no finite logit (a grammar allowing only ids outside a draft
+    /// vocabulary) ends the drafts: greedy and sampled, without a draft or an error.
+    #[test]
+    fn a_row_with_no_finite_logit_ends_the_drafts() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        let inf = f32::NEG_INFINITY;
+        let sampled = SamplingParams {
+            temperature: 1.0,
+            ..SamplingParams::default()
+        };
+        for sampling in [SamplingParams::greedy(), sampled] {
+            let rows = [0.5, 2.0, inf, 1.0, inf, inf, inf, inf, 3.0, 0.0, 0.0, 0.0];
+            let p = choose_rows(&rows, 4, &sampling, &mut rng).unwrap();
+            assert_eq!(p.tokens.len(), 1, "{:?}", p.tokens);
+            assert!(p.tokens[0] < 4);
+            assert_eq!(
+                p.q.map_or(0, |q| q.len()),
+                usize::from(!sampling.is_greedy())
+            );
+        }
     }
 }

@@ -16,6 +16,7 @@ use serde_json::Value;
 use crate::backend::{BResult, Backend, DType};
 use crate::constrain::Drafting;
 use crate::drafters::dflash::choose_one;
+use crate::drafters::draft_vocab::{DraftVocab, DraftVocabSize, VocabChoice};
 use crate::error::EngineError;
 use crate::model::gemma::GemmaSpec;
 use crate::model::kv_injection::{DrafterConfig, KvInjectionNet};
@@ -40,6 +41,20 @@ pub struct DSpark<B: Backend> {
     markov_w1: Option<B::Tensor>,
     markov_w2: Option<B::Linear>,
     confidence: Option<Confidence<B>>,
+    choice: VocabChoice,
+    subset: Option<Subset<B>>,
+}
+
+/// A draft vocabulary and the rows the drafter reads for it.
+struct Subset<B: Backend> {
+    vocab: DraftVocab,
+    /// Rows of the head (its own, or the target's).
+    head: B::Linear,
+    /// Rows of the Markov head's `w2` (bias over the subset), and `w1`'s subset rows followed
+    /// by the whole of `w1`: the device chain looks the token before up by its subset row, and
+    /// the pending token (any id) at `k + id`.
+    w2: Option<B::Linear>,
+    w1: Option<B::Tensor>,
 }
 
 impl<B: Backend> DSpark<B> {
@@ -111,12 +126,61 @@ impl<B: Backend> DSpark<B> {
             markov_w1,
             markov_w2,
             confidence,
+            choice: VocabChoice::default(),
+            subset: None,
         })
+    }
+
+    /// What the drafter's directory says of its draft vocabulary (applied by
+    /// [`Drafter::set_draft_vocab`]).
+    pub fn with_vocab_choice(mut self, choice: VocabChoice) -> Self {
+        self.choice = choice;
+        self
+    }
+
+    /// The Markov head's output side over the drafted ids (the subset's rows, or all).
+    fn w2(&self) -> Option<&B::Linear> {
+        match &self.subset {
+            Some(s) => s.w2.as_ref(),
+            None => self.markov_w2.as_ref(),
+        }
+    }
+
+    /// The rows of every vocabulary-wide weight for `vocab`; `None` where a weight's form has
+    /// no rows to take.
+    fn rows_for(
+        &self,
+        target: &Transformer<B>,
+        vocab: DraftVocab,
+    ) -> Result<Option<Subset<B>>, EngineError> {
+        let b = target.backend();
+        let ids = vocab.ids();
+        let head = match &self.lm_head {
+            Some(w) => b.draft_rows(w, ids)?,
+            None => target.draft_head_rows(ids)?,
+        };
+        let Some(head) = head else { return Ok(None) };
+        let (w1, w2) = match (&self.markov_w1, &self.markov_w2) {
+            (Some(w1), Some(w2)) => {
+                let Some(w2) = b.draft_rows(w2, ids)? else {
+                    return Ok(None);
+                };
+                let rows = b.embedding_ids(w1, ids, &[ids.len()])?;
+                (Some(b.concat(&[&rows, w1], 0)?), Some(w2))
+            }
+            _ => (None, None),
+        };
+        Ok(Some(Subset {
+            vocab,
+            head,
+            w2,
+            w1,
+        }))
     }
 
     /// `w2(w1[prev])`, the Markov bias for the row after `prev` (`[1, vocab]`, on the device).
     fn markov_bias(&self, b: &B, prev: u32) -> Result<Option<B::Tensor>, EngineError> {
-        match (&self.markov_w1, &self.markov_w2) {
+        match (&self.markov_w1, self.w2()) {
             (Some(w1), Some(w2)) => {
                 let e = b.embedding_ids(w1, &[prev], &[1])?;
                 Ok(Some(b.matmul(&e, w2)?))
@@ -139,8 +203,13 @@ impl<B: Backend> DSpark<B> {
         pending: u32,
     ) -> Result<(Vec<u32>, Vec<u32>), EngineError> {
         let vocab = *b.dims(logits).last().unwrap_or(&0);
-        let fused = match (&self.markov_w1, &self.markov_w2) {
-            (Some(w1), Some(w2)) if n > 0 => b.markov_greedy(logits, w1, w2, pending, n)?,
+        // under a draft vocabulary, w1 is the extended table: the pending token at k + id
+        let (w1, first) = match &self.subset {
+            Some(s) => (s.w1.as_ref(), vocab as u32 + pending),
+            None => (self.markov_w1.as_ref(), pending),
+        };
+        let fused = match (w1, self.w2()) {
+            (Some(w1), Some(w2)) if n > 0 => b.markov_greedy(logits, w1, w2, first, n)?,
             _ => None,
         };
         if let Some(ids) = fused {
@@ -154,10 +223,11 @@ impl<B: Backend> DSpark<B> {
         let mut ids: Vec<B::Tensor> = Vec::with_capacity(n);
         for i in 0..n {
             let mut row = b.narrow(logits, 1, i, 1)?;
-            if let (Some(w1), Some(w2)) = (&self.markov_w1, &self.markov_w2) {
-                // w1 of the token before: `pending` for row 0, else row i - 1's argmax
+            if let (Some(w1), Some(w2)) = (w1, self.w2()) {
+                // w1 of the token before: `first` for row 0, else row i - 1's argmax (a subset
+                // row under a draft vocabulary)
                 let e = match ids.last() {
-                    None => b.embedding_ids(w1, &[pending], &[1])?,
+                    None => b.embedding_ids(w1, &[first], &[1])?,
                     Some(prev) => b.embedding_below(w1, prev, vocab)?,
                 };
                 let bias = b.reshape(&b.matmul(&e, w2)?, &[1, 1, vocab])?;
@@ -172,6 +242,10 @@ impl<B: Backend> DSpark<B> {
             Vec::new()
         } else {
             b.to_u32_vec(&b.concat(&ids.iter().collect::<Vec<_>>(), 0)?)?
+        };
+        let tokens = match &self.subset {
+            Some(s) => s.vocab.full_ids(&tokens),
+            None => tokens,
         };
         let prevs = std::iter::once(pending)
             .chain(tokens.iter().copied())
@@ -194,13 +268,14 @@ impl<B: Backend> DSpark<B> {
         rng: &mut dyn RngCore,
     ) -> Result<(Vec<u32>, Vec<Vec<f32>>, Vec<u32>), EngineError> {
         let host = b.to_f32_vec(logits)?;
+        let width = self.subset.as_ref().map_or(vocab, |s| s.vocab.len());
         let mut tokens = Vec::new();
         let mut qs = Vec::new();
         let mut prev = pending;
         let mut prevs = Vec::new();
         // under a grammar, row i is masked after drafts 0..i (as verification will mask it)
         let mut grammar = Drafting::new(sampling);
-        for row in host.chunks_exact(vocab) {
+        for row in host.chunks_exact(width) {
             if !grammar.open() {
                 break;
             }
@@ -210,7 +285,12 @@ impl<B: Backend> DSpark<B> {
                     *x += y;
                 }
             }
-            let d = choose_one(&mut row, &mut grammar, sampling, rng, &mut qs)?;
+            if let Some(s) = &self.subset {
+                row = s.vocab.scatter_rows(&row);
+            }
+            let Some(d) = choose_one(&mut row, &mut grammar, sampling, rng, &mut qs)? else {
+                break;
+            };
             prevs.push(prev);
             tokens.push(d);
             prev = d;
@@ -246,6 +326,8 @@ impl<B: Backend> DSpark<B> {
 struct Parts<'a, B: Backend> {
     embed: Option<&'a B::Tensor>,
     lm_head: Option<&'a B::Linear>,
+    /// The head's rows for a draft vocabulary.
+    head_rows: Option<&'a B::Linear>,
 }
 
 impl<B: Backend> Parts<'_, B> {
@@ -276,9 +358,9 @@ impl<B: Backend> Parts<'_, B> {
         let rows = b.narrow(&h, 1, 0, n)?;
         // a bound head is the target's whole projection, its own softcap included (as
         // mlx-dspark binds `lm_head_proj`); the drafter's softcap follows either way
-        let mut logits = match self.lm_head {
-            Some(w) => b.draft_matmul(&rows, w)?,
-            None => target.draft_project(&rows)?,
+        let mut logits = match (self.lm_head, self.head_rows) {
+            (Some(own), rows_of) => b.draft_matmul(&rows, rows_of.unwrap_or(own))?,
+            (None, rows_of) => target.draft_project(&rows, rows_of)?,
         };
         if let Some(cap) = net.cfg.final_logit_softcapping {
             logits = b.softcap(&logits, cap)?;
@@ -333,6 +415,7 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
         let parts = Parts {
             embed: self.embed.as_ref(),
             lm_head: self.lm_head.as_ref(),
+            head_rows: self.subset.as_ref().map(|s| &s.head),
         };
         let mut forward = |net: &mut KvInjectionNet<B>| {
             let (logits, rows) = parts.draft_logits(net, target, &block, n)?;
@@ -384,6 +467,22 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
         taps: Option<&B::Tensor>,
     ) -> Result<(), EngineError> {
         self.net.append_taps(taps, pos, "dspark")
+    }
+
+    fn set_draft_vocab(
+        &mut self,
+        target: &Transformer<B>,
+        size: DraftVocabSize,
+    ) -> Result<Option<usize>, EngineError> {
+        self.subset = match self.choice.pick(size, target.cfg.vocab_size) {
+            Some(v) => self.rows_for(target, v)?,
+            None => None,
+        };
+        Ok(self.draft_vocab_len())
+    }
+
+    fn draft_vocab_len(&self) -> Option<usize> {
+        self.subset.as_ref().map(|s| s.vocab.len())
     }
 
     fn truncate(&mut self, len: usize) {

@@ -3,14 +3,17 @@
 
 pub mod dflash;
 pub mod draft_model;
+pub mod draft_vocab;
 pub mod dspark;
 
 use std::path::Path;
 
 use crate::backend::Backend;
+use crate::drafters::draft_vocab::{DraftVocabSize, VocabChoice};
 use crate::error::EngineError;
 use crate::model::kv_injection::{DrafterConfig, KvInjectionNet};
 use crate::model::transformer::Transformer;
+use crate::spec::Drafter;
 use crate::weights::safetensors::SafetensorsSource;
 use crate::weights::{LoadError, WeightSource};
 
@@ -96,7 +99,10 @@ pub fn dflash_from_parts<B: Backend>(
     let cfg = DrafterConfig::from_json(v, &path)?;
     check_fit(&cfg, target, true)?;
     let net = KvInjectionNet::load(b, src, cfg, target.cfg.hidden_size)?;
-    Ok(dflash::DFlash::new(net))
+    let choice = VocabChoice::read(src.path(), v, target.cfg.vocab_size)?;
+    let mut d = dflash::DFlash::new(net).with_vocab_choice(choice);
+    d.set_draft_vocab(target, DraftVocabSize::Drafter)?;
+    Ok(d)
 }
 
 /// Loads a DSpark drafter directory for `target`.
@@ -120,5 +126,8 @@ pub fn dspark_from_parts<B: Backend>(
     let path = src.path().join("config.json");
     let cfg = DrafterConfig::from_json(v, &path)?.with_gemma(v, &path)?;
     check_fit(&cfg, target, false)?;
-    dspark::DSpark::load(b, src, cfg, v, target)
+    let choice = VocabChoice::read(src.path(), v, target.cfg.vocab_size)?;
+    let mut d = dspark::DSpark::load(b, src, cfg, v, target)?.with_vocab_choice(choice);
+    d.set_draft_vocab(target, DraftVocabSize::Drafter)?;
+    Ok(d)
 }

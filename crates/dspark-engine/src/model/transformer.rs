@@ -182,16 +182,23 @@ impl<B: Backend> Transformer<B> {
     }
 
     /// The LM head for drafts only ([`Backend::draft_matmul`]: possibly faster, inexact
-    /// arithmetic; every draft is verified by [`Transformer::lm_head`]'s exact logits).
-    pub fn draft_lm_head(&self, hn: &B::Tensor) -> BResult<B::Tensor> {
-        self.backend.draft_matmul(hn, &self.lm_head)
+    /// arithmetic; every draft is verified by [`Transformer::lm_head`]'s exact logits), or
+    /// `rows` of it ([`Transformer::draft_head_rows`]: logits of a draft vocabulary only).
+    pub fn draft_lm_head(&self, hn: &B::Tensor, rows: Option<&B::Linear>) -> BResult<B::Tensor> {
+        self.backend.draft_matmul(hn, rows.unwrap_or(&self.lm_head))
     }
 
-    /// The LM head and the final logit softcap (no final norm) for drafts only: the
-    /// target's whole output projection as DSpark drafters that bind it use it, its head by
-    /// [`Transformer::draft_lm_head`].
-    pub fn draft_project(&self, hn: &B::Tensor) -> BResult<B::Tensor> {
-        let logits = self.draft_lm_head(hn)?;
+    /// Rows `ids` of the LM head for [`Transformer::draft_lm_head`] ([`Backend::draft_rows`]);
+    /// `None` where the head's form has no rows to take.
+    pub fn draft_head_rows(&self, ids: &[u32]) -> BResult<Option<B::Linear>> {
+        self.backend.draft_rows(&self.lm_head, ids)
+    }
+
+    /// The LM head (or `rows` of it) and the final logit softcap (no final norm) for drafts
+    /// only: the target's whole output projection as DSpark drafters that bind it use it, its
+    /// head by [`Transformer::draft_lm_head`].
+    pub fn draft_project(&self, hn: &B::Tensor, rows: Option<&B::Linear>) -> BResult<B::Tensor> {
+        let logits = self.draft_lm_head(hn, rows)?;
         match self.cfg.gemma.as_ref().and_then(|g| g.final_logit_softcap) {
             Some(cap) => self.backend.softcap(&logits, cap),
             None => Ok(logits),

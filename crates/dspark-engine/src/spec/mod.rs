@@ -144,6 +144,20 @@ pub trait Drafter<B: Backend> {
     /// exactly the `max` that [`Drafter::propose`] is given. A round with no drafts calls
     /// [`Drafter::commit`] without a `propose` before it.
     fn set_count_from_caller(&mut self, _on: bool) {}
+    /// Sets the ids this drafter's head scores ([`crate::drafters::draft_vocab`]); returns
+    /// how many it now scores (`None`: the whole vocabulary, also for drafters without a
+    /// draft vocabulary, and where the head's weight form has no rows to take).
+    fn set_draft_vocab(
+        &mut self,
+        _target: &Transformer<B>,
+        _size: crate::drafters::draft_vocab::DraftVocabSize,
+    ) -> Result<Option<usize>, EngineError> {
+        Ok(None)
+    }
+    /// How many ids the head scores now (`None`: the whole vocabulary).
+    fn draft_vocab_len(&self) -> Option<usize> {
+        None
+    }
     /// Rolls the drafter back to `len` committed positions (prefix reuse).
     fn truncate(&mut self, len: usize);
     /// Committed positions the drafter holds.

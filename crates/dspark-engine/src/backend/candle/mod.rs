@@ -8,6 +8,7 @@
 mod attention;
 #[cfg(feature = "cuda")]
 mod cuda_rows;
+mod draft_rows;
 mod linear;
 mod rope;
 mod setup;
@@ -137,6 +138,10 @@ impl Backend for CandleBackend {
             data.extend(row(id as usize));
         }
         Tensor::from_vec(data, (1, ids.len(), k), &self.device).map_err(err)
+    }
+
+    fn draft_rows(&self, w: &CandleLinear, ids: &[u32]) -> BResult<Option<CandleLinear>> {
+        self.rows_for_drafts(w, ids)
     }
 
     fn linear_from_tensor(&self, t: &Tensor) -> BResult<CandleLinear> {

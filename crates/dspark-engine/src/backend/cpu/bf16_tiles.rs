@@ -102,10 +102,14 @@ impl Bf16Tiles {
         &self.data[self.start..self.start + len]
     }
 
-    /// Weight `(j, i)` as f32 (tests).
-    #[cfg(test)]
+    /// Weight `(j, i)` as f32.
     fn get(&self, j: usize, i: usize) -> f32 {
         half::bf16::from_bits(self.data[self.start + tile_at(self.chunks, j, i)]).to_f32()
+    }
+
+    /// Row `j` (output feature `j`'s `k` weights) as f32.
+    pub fn row(&self, j: usize) -> Vec<f32> {
+        (0..self.k).map(|i| self.get(j, i)).collect()
     }
 }
 

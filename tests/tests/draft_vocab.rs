@@ -1,0 +1,230 @@
+//! Draft vocabularies (`drafters/draft_vocab.rs`): a DFlash or DSpark head that scores only
+//! some ids must keep greedy output identical to the baseline's, over random targets,
+//! drafters, subset sizes, rankings (id order and random), prompts, caps and eos sets; every
+//! draft must lie in the subset; and a round whose grammar allows only ids outside it ends its
+//! drafts instead of failing. Sampling exactness with a draft vocabulary is in spec_sampling.rs
+//! (`dspark_sampling_is_exact_with_a_draft_vocabulary`).
+
+use dspark_engine::backend::candle::CandleBackend;
+use dspark_engine::backend::Backend;
+use dspark_engine::drafters::draft_vocab::{DraftVocabSize, VocabChoice};
+use dspark_engine::drafters::{dflash_from_parts, dspark_from_parts};
+use dspark_engine::generate::{baseline, GenParams, GenResult};
+use dspark_engine::model::transformer::Transformer;
+use dspark_engine::sampling::SamplingParams;
+use dspark_engine::spec::{decode, Drafter, SpecParams};
+use dspark_engine::testing::{
+    random_dflash, random_dspark, random_target, DrafterSpec, Gen, RandomSpec,
+};
+use dspark_tests::recorder::Recorder;
+
+const VOCAB: usize = 64;
+
+struct Case {
+    prompt: Vec<u32>,
+    max_new: usize,
+    cap: usize,
+    eos: Vec<u32>,
+}
+
+fn cases(seed: u64, n: usize) -> Vec<Case> {
+    let mut g = Gen::new(seed, "draft-vocab cases");
+    let mut u = |k: usize| ((g.normal().abs() * 1e4) as usize) % k;
+    (0..n)
+        .map(|_| Case {
+            prompt: (0..1 + u(12)).map(|_| u(VOCAB) as u32).collect(),
+            max_new: 1 + u(40),
+            cap: 1 + u(8),
+            eos: if u(3) == 0 {
+                vec![u(VOCAB) as u32]
+            } else {
+                vec![]
+            },
+        })
+        .collect()
+}
+
+fn params(c: &Case) -> GenParams {
+    GenParams {
+        max_new_tokens: c.max_new,
+        sampling: SamplingParams::greedy(),
+        eos: c.eos.clone(),
+    }
+}
+
+fn run_spec<B: Backend>(
+    t: &Transformer<B>,
+    d: &mut dyn Drafter<B>,
+    c: &Case,
+) -> (GenResult, Vec<Vec<u32>>) {
+    let s = SpecParams {
+        max_draft: c.cap,
+        confidence_threshold: 0.0,
+    };
+    d.truncate(0);
+    let mut rec = Recorder::new(d);
+    let r = decode::generate(
+        t,
+        &mut t.new_cache(),
+        &mut rec,
+        &c.prompt,
+        &params(c),
+        &s,
+        &mut Vec::new(),
+    )
+    .unwrap();
+    (r, rec.rounds())
+}
+
+/// A random ranking of the vocabulary (or none: id order), seeded.
+fn ranking(seed: u64, random: bool) -> Option<Vec<u32>> {
+    random.then(|| {
+        let mut g = Gen::new(seed, "ranking");
+        let mut keyed: Vec<(f32, u32)> = (0..VOCAB as u32).map(|i| (g.normal(), i)).collect();
+        keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
+        keyed.into_iter().map(|(_, i)| i).collect()
+    })
+}
+
+fn drafter_spec(block: usize, taps: Vec<usize>, layer_scale: f32) -> DrafterSpec {
+    DrafterSpec {
+        layers: 2,
+        block,
+        taps,
+        layer_scale,
+        mask_token_id: VOCAB as u32 - 1,
+    }
+}
+
+/// On the host path (the CPU's) and on the device-argmax paths a GPU takes (DFlash's argmax
+/// over the subset, DSpark's Markov chain looked up by subset rows, the pending token in the
+/// extended `w1`), here both on the CPU: greedy identity, and the same drafts every round
+/// (both sum the logits and the Markov bias in f32).
+#[test]
+fn greedy_with_a_draft_vocabulary_equals_baseline() {
+    let host = greedy_identity(CandleBackend::cpu());
+    let device = greedy_identity(CandleBackend::cpu().with_device_argmax(true));
+    assert_eq!(host.len(), device.len());
+    for (i, (h, d)) in host.iter().zip(&device).enumerate() {
+        assert_eq!(h, d, "run {i}: the device path drafted otherwise");
+    }
+}
+
+/// Greedy identity over every case; returns each run's rounds (`[pending, drafts..]`).
+fn greedy_identity(b: CandleBackend) -> Vec<Vec<Vec<u32>>> {
+    let (mut combos, mut accepted) = (0, 0);
+    let mut runs = Vec::new();
+    for seed in 0..4u64 {
+        let spec = RandomSpec {
+            layer_scale: 0.15,
+            ..RandomSpec::tiny(VOCAB)
+        };
+        let (_, tsrc) = random_target(&spec, 500 + seed);
+        let target = Transformer::load(&b, spec.config(), &tsrc).unwrap();
+        let (dcfg, dsrc) = random_dspark(
+            &spec,
+            &tsrc,
+            &drafter_spec(7, vec![0, 1, 2], 0.5),
+            Some(4.0),
+            seed,
+        );
+        let (fcfg, fsrc) = random_dflash(&spec, &drafter_spec(8, vec![0, 2], 3.0), seed);
+        for (k, random) in [(8usize, true), (32, false), (32, true), (60, true)] {
+            let rank = ranking(seed * 7 + k as u64, random);
+            let mut subset: Vec<u32> = match &rank {
+                Some(r) => r[..k].to_vec(),
+                None => (0..k as u32).collect(),
+            };
+            subset.sort_unstable();
+            let ds = dspark_from_parts(&b, &dcfg, &dsrc, &target).unwrap();
+            let df = dflash_from_parts(&b, &fcfg, &fsrc, &target).unwrap();
+            let choice = || VocabChoice::ranked(rank.clone(), None);
+            let mut drafters: [Box<dyn Drafter<CandleBackend>>; 2] = [
+                Box::new(ds.with_vocab_choice(choice())),
+                Box::new(df.with_vocab_choice(choice())),
+            ];
+            for (j, d) in drafters.iter_mut().enumerate() {
+                assert_eq!(
+                    d.set_draft_vocab(&target, DraftVocabSize::Top(k)).unwrap(),
+                    Some(k)
+                );
+                assert_eq!(d.draft_vocab_len(), Some(k));
+                for c in cases(seed * 100 + k as u64 * 3 + j as u64, 6) {
+                    let base = baseline::generate(
+                        &target,
+                        &mut target.new_cache(),
+                        &c.prompt,
+                        &params(&c),
+                        &mut Vec::new(),
+                    )
+                    .unwrap();
+                    let (sp, rounds) = run_spec(&target, d.as_mut(), &c);
+                    let what = format!(
+                        "seed {seed} drafter {j} subset {k} (random ranking {random}) prompt {:?}",
+                        c.prompt
+                    );
+                    assert_eq!(sp.tokens, base.tokens, "{what}");
+                    assert_eq!(sp.finish_reason, base.finish_reason, "{what}");
+                    for r in &rounds {
+                        let outside: Vec<_> = r[1..]
+                            .iter()
+                            .filter(|t| subset.binary_search(t).is_err())
+                            .collect();
+                        assert!(
+                            outside.is_empty(),
+                            "{what}: drafts {outside:?} outside the subset"
+                        );
+                    }
+                    accepted += sp.stats.accept_lengths.iter().filter(|&&a| a > 1).count();
+                    runs.push(rounds);
+                    combos += 1;
+                }
+            }
+            // the whole vocabulary again
+            for d in drafters.iter_mut() {
+                assert_eq!(
+                    d.set_draft_vocab(&target, DraftVocabSize::Full).unwrap(),
+                    None
+                );
+                assert_eq!(d.draft_vocab_len(), None);
+            }
+        }
+    }
+    assert_eq!(combos, 4 * 4 * 2 * 6);
+    assert!(
+        accepted >= 40,
+        "drafts from a subset should still be accepted: {accepted} rounds"
+    );
+    runs
+}
+
+/// A drafter config's `draft_vocab_size` is its default; `--draft-vocab 0` turns it off.
+#[test]
+fn the_config_sets_the_default_size() {
+    let b = CandleBackend::cpu();
+    let spec = RandomSpec::tiny(VOCAB);
+    let (_, tsrc) = random_target(&spec, 3);
+    let target = Transformer::load(&b, spec.config(), &tsrc).unwrap();
+    let (mut cfg, src) = random_dflash(&spec, &drafter_spec(8, vec![0, 2], 1.0), 3);
+    cfg["draft_vocab_size"] = 24.into();
+    let mut d = dflash_from_parts(&b, &cfg, &src, &target).unwrap();
+    assert_eq!(d.draft_vocab_len(), Some(24));
+    assert_eq!(
+        d.set_draft_vocab(&target, DraftVocabSize::Full).unwrap(),
+        None
+    );
+    assert_eq!(
+        d.set_draft_vocab(&target, DraftVocabSize::Drafter).unwrap(),
+        Some(24)
+    );
+    // a size that covers the vocabulary is the whole vocabulary
+    cfg["draft_vocab_size"] = (VOCAB as u64).into();
+    let d = dflash_from_parts(&b, &cfg, &src, &target).unwrap();
+    assert_eq!(d.draft_vocab_len(), None);
+    cfg["draft_vocab_size"] = "many".into();
+    let e = dflash_from_parts(&b, &cfg, &src, &target)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("draft_vocab_size") && e.contains("many"), "{e}");
+}
