@@ -33,7 +33,7 @@
 #          alternated twice in one call
 #   --vocab: both oracle drafters (tau 2, 4, 6.5) with a draft vocabulary of 32,768 ids
 #          (--draft-vocab 32768: their heads score a fifth of the 151,936 ids) and with the
-#          whole vocabulary (--draft-vocab 0), alternated twice in one call
+#          whole vocabulary (--draft-vocab 0), alternated VOCAB_REPS (2) times in one call
 #   --spec: only the two oracle runs of --q8b (DFlash- and DSpark-shaped drafters, tau 2, 4, 6.5)
 #   --vs-hf: dspark's baseline decode and HF transformers (static cache, then torch.compile
 #            reduce-overhead) on the same checkpoint and ids at 1024 and 8192 context, one call
@@ -153,10 +153,11 @@ if [ $VOCAB = 1 ]; then
     --prompt-ids $M/prompt_ids.json --confidence-threshold 0 --baseline-only --oracle-tau 2,4,6.5"
   q() { echo "== $*" >>"$LOG/q8b.txt"; ( time timeout 150 "$@" ) >>"$LOG/q8b.txt" 2>&1; tail -8 "$LOG/q8b.txt"; }
   mkdir -p /tmp/vocab
-  for r in 1 2; do
+  for r in $(seq 1 "${VOCAB_REPS:-2}"); do
+    t=$(date +%H%M%S)
     for k in 32768 0; do
-      q $B --mode dflash --drafter $M/dflash-b16 --draft-vocab $k --out "/tmp/vocab/bench_vocab${k}_dflash_$r.json"
-      q $B --mode dspark --drafter $M/dspark-b7 --draft-vocab $k --out "/tmp/vocab/bench_vocab${k}_dspark_$r.json"
+      q $B --mode dflash --drafter $M/dflash-b16 --draft-vocab $k --out "/tmp/vocab/bench_vocab${k}_dflash_$t.json"
+      q $B --mode dspark --drafter $M/dspark-b7 --draft-vocab $k --out "/tmp/vocab/bench_vocab${k}_dspark_$t.json"
     done
   done
   tar -cf "$LOG/vocab.tar" -C /tmp vocab

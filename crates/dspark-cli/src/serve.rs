@@ -228,7 +228,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot bind {addr}"))?;
         let local = listener.local_addr()?;
         let base = format!("http://{local}");
-        let drafter = info.drafter.as_deref().unwrap_or("none");
+        let drafter = match (info.drafter.as_deref(), info.draft_vocab) {
+            (None, _) => "none".to_string(),
+            (Some(d), None) => d.to_string(),
+            (Some(d), Some(k)) => format!("{d} (draft vocabulary {k} of {} ids)", info.vocab_size),
+        };
         let key_hdr = if auth { " -H \"Authorization: Bearer $DSPARK_API_KEY\"" } else { "" };
         println!("dspark serve · mode {} · model {id} ({path}) · drafter {drafter}", info.mode);
         println!("  auth: {} · thinking default: {thinking} · queue: {queue}", if auth { "on (Bearer key)" } else { "off" });

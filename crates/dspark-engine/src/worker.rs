@@ -92,6 +92,8 @@ pub struct ModelInfo {
     pub has_chat_template: bool,
     /// Rows of the target's logits (valid token ids are below it).
     pub vocab_size: usize,
+    /// Ids the drafter's head scores (`None`: the whole vocabulary, or no such drafter).
+    pub draft_vocab: Option<usize>,
 }
 
 /// Settings a running engine can change (a settings-file reload, the app's Settings pane).
@@ -153,6 +155,7 @@ impl EngineHandle {
                         context_len: pipe.target.model.cfg.max_position_embeddings,
                         has_chat_template: t.chat_template().is_some(),
                         vocab_size: pipe.target.model.cfg.vocab_size,
+                        draft_vocab: pipe.draft_vocab_len(),
                     };
                     let _ = ready_tx.send(Ok((t, info)));
                     run_worker(pipe, rx, pending);

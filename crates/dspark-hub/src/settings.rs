@@ -396,5 +396,14 @@ mod tests {
         );
         let ok = Settings::parse("matmul = \"bf16\"\n", Path::new("c")).unwrap();
         assert_eq!(ok.matmul.as_deref(), Some("bf16"));
+        let dv = Settings::parse("draft_vocab = 16384\n", Path::new("c")).unwrap();
+        assert_eq!(dv.draft_vocab, Some(16384));
+        let e = Settings::parse("draft_vocab = -1\n", Path::new("c")).unwrap_err();
+        assert!(
+            e.to_string().contains("c:1:15") && e.to_string().contains("usize"),
+            "{e}"
+        );
+        let env = crate::layers::env_layer(|k| (k == "DSPARK_DRAFT_VOCAB").then(|| "0".into()));
+        assert_eq!(env.unwrap().draft_vocab, Some(0));
     }
 }

@@ -98,6 +98,7 @@ impl ScriptedEngine {
             has_chat_template: true,
             // every char is a token of the scripted engine
             vocab_size: char::MAX as usize + 1,
+            draft_vocab: None,
         };
         ScriptedEngine {
             script: Arc::new(script),
