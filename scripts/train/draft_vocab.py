@@ -6,10 +6,11 @@ Input: `dspark bench --baseline-only` JSON files, whose `baseline.ids` hold the 
 outputs; each output is cut after its first end-of-turn id. Make them from prompts of the
 training kind, never the held-out sets (MT-Bench, HumanEval):
 
-    python3 scripts/train/draft_vocab.py --write-prompts /tmp/p.txt --count 400
-    dspark bench --model demo --baseline-only --prompt-set /tmp/p.txt --prompts 400 \\
+    (cd scripts/train && python3 draft_vocab.py --write-prompts /tmp/p.jsonl --count 400)
+    dspark bench --model demo --baseline-only --prompt-set /tmp/p.jsonl --prompts 400 \\
         --max-tokens 160 --out /tmp/gen.json
-    python3 scripts/train/draft_vocab.py /tmp/gen.json --out assets/drafters/X/draft_vocab.json
+    python3 scripts/train/draft_vocab.py /tmp/gen.json [more.json..] \\
+        --out assets/drafters/X/draft_vocab.json
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ def write_prompts(path: str, count: int, code_share: float, seed: int) -> None:
     n_code = round(count * code_share)
     prompts = chat[: count - n_code] + code[:n_code]
     rng.shuffle(prompts)
-    with open(path, "w") as f:
-        f.write("\n".join(p.replace("\n", " ") for p in prompts) + "\n")
+    with open(path, "w") as f:  # JSON lines: code prompts keep their line breaks
+        f.writelines(json.dumps({"prompt": p}) + "\n" for p in prompts)
     print(f"wrote {len(prompts)} prompts ({n_code} code) to {path}")
 
 

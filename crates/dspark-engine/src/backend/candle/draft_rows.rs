@@ -44,12 +44,13 @@ impl CandleBackend {
         ids: &[u32],
     ) -> BResult<Option<CandleLinear>> {
         let fail = |m: String| err(candle_core::Error::Msg(m));
-        let (n, k, row): (usize, usize, Box<dyn Fn(usize) -> Vec<f32> + '_>) = match w {
+        let check = |n: usize| match ids.iter().find(|&&i| i as usize >= n) {
+            Some(bad) => Err(fail(format!("row {bad} is outside the {n}-row weight"))),
+            None => Ok(()),
+        };
+        let (k, rows) = match w {
             CandleLinear::Dense(t) if !t.device().is_cpu() => {
-                let (n, _) = t.dims2().map_err(err)?;
-                if let Some(bad) = ids.iter().find(|&&i| i as usize >= n) {
-                    return Err(fail(format!("row {bad} is outside the {n}-row weight")));
-                }
+                check(t.dims2().map_err(err)?.0)?;
                 let idx = Tensor::from_slice(ids, ids.len(), t.device()).map_err(err)?;
                 let rows = t.index_select(&idx, 0).map_err(err)?;
                 return Ok(Some(CandleLinear::Dense(rows)));
@@ -57,26 +58,24 @@ impl CandleBackend {
             CandleLinear::Dense(t) => {
                 let t = t.to_dtype(CDType::F32).map_err(err)?;
                 let (n, k) = t.dims2().map_err(err)?;
+                check(n)?;
                 let v = t
                     .flatten_all()
                     .and_then(|v| v.to_vec1::<f32>())
                     .map_err(err)?;
-                (n, k, Box::new(move |j| v[j * k..(j + 1) * k].to_vec()))
+                let rows = ids
+                    .iter()
+                    .flat_map(|&j| &v[j as usize * k..(j as usize + 1) * k]);
+                (k, rows.copied().collect::<Vec<f32>>())
             }
-            CandleLinear::Blocks(p) | CandleLinear::Exact(p) if !p.panels => {
-                (p.n, p.k, Box::new(|j| p.dequantize_row(j)))
+            other => {
+                let Some((n, k, row)) = other.packed_rows() else {
+                    return Ok(None);
+                };
+                check(n)?;
+                (k, ids.iter().flat_map(|&j| row(j as usize)).collect())
             }
-            CandleLinear::Bf16Blocks(t) => (t.n, t.k, Box::new(|j| t.dequantize_row(j))),
-            CandleLinear::Bf16Tiles(t) => (t.n, t.k, Box::new(|j| t.row(j))),
-            _ => return Ok(None),
         };
-        let mut rows = Vec::with_capacity(ids.len() * k);
-        for &id in ids {
-            if id as usize >= n {
-                return Err(fail(format!("row {id} is outside the {n}-row weight")));
-            }
-            rows.extend(row(id as usize));
-        }
         let m = ids.len();
         if let CandleLinear::Bf16Tiles(_) = w {
             // bf16 values: the tiles hold them exactly

@@ -59,6 +59,24 @@ pub enum CandleLinear {
     },
 }
 
+/// One row's f32 values of a weight, by row index.
+pub(super) type RowFn<'a> = Box<dyn Fn(usize) -> Vec<f32> + 'a>;
+
+impl CandleLinear {
+    /// `(rows, row length, one row's values)` of a packed form (GGUF blocks, bf16 tiles): each
+    /// row exactly as the dense table would hold it.
+    pub(super) fn packed_rows(&self) -> Option<(usize, usize, RowFn<'_>)> {
+        match self {
+            CandleLinear::Blocks(p) | CandleLinear::Exact(p) => {
+                Some((p.n, p.k, Box::new(|j| p.dequantize_row(j))))
+            }
+            CandleLinear::Bf16Blocks(t) => Some((t.n, t.k, Box::new(|j| t.dequantize_row(j)))),
+            CandleLinear::Bf16Tiles(t) => Some((t.n, t.k, Box::new(|j| t.row(j)))),
+            _ => None,
+        }
+    }
+}
+
 fn owned_params(dtype: DType, bytes: &[u8]) -> OwnedParams {
     match dtype {
         DType::F32 => OwnedParams::F32(crate::weights::dense_to_f32(dtype, bytes)),

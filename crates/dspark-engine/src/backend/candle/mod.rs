@@ -115,19 +115,11 @@ impl Backend for CandleBackend {
     }
 
     fn gather_rows(&self, w: &CandleLinear, ids: &[u32]) -> BResult<Tensor> {
-        // (rows, row length, one row's dequantized values) of the packed table
-        type Row<'a> = Box<dyn Fn(usize) -> Vec<f32> + 'a>;
-        let (n, k, row): (usize, usize, Row<'_>) = match w {
-            CandleLinear::Blocks(p) | CandleLinear::Exact(p) => {
-                (p.n, p.k, Box::new(|j| p.dequantize_row(j)))
-            }
-            CandleLinear::Bf16Blocks(t) => (t.n, t.k, Box::new(|j| t.dequantize_row(j))),
-            _ => {
-                return Err(err(candle_core::Error::Msg(
-                    "row gather needs packed blocks".into(),
-                )))
-            }
-        };
+        let (n, k, row) = w.packed_rows().ok_or_else(|| {
+            err(candle_core::Error::Msg(
+                "row gather needs packed blocks".into(),
+            ))
+        })?;
         let mut data = Vec::with_capacity(ids.len() * k);
         for &id in ids {
             if id as usize >= n {
