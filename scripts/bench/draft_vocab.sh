@@ -4,9 +4,11 @@
 # frequent ids (draft_vocab.json), each against its own baseline of the same prompts, on both
 # held-out sets, for each matmul arithmetic. The ways alternate within each rep, so a noisy host
 # shows as spread rather than as a difference. Writes one JSON per run under $OUT_DIR and the
-# summary $SUMMARY (default bench-results/draft-vocab-cpu.json).
+# summary $SUMMARY (default bench-results/draft-vocab-cpu.json) of every run in $OUT_DIR, so that
+# a set can be run apart and join the others.
 #   cargo build --release -p dspark-cli && scripts/bench/draft_vocab.sh [PROMPTS] [REPS]
-#   env: SIZES ("0 16384"), MATMULS ("f32 bf16"), MODES ("dspark dflash")
+#   env: SETS ("humaneval mtbench"), SIZES ("0 16384"), MATMULS ("f32 bf16"),
+#        MODES ("dspark dflash")
 set -Eeuo pipefail
 trap 'echo "draft_vocab.sh: FAILED (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/../.."
@@ -18,10 +20,10 @@ SUMMARY=${SUMMARY:-bench-results/draft-vocab-cpu.json}
 SIZES=${SIZES:-0 16384}
 MATMULS=${MATMULS:-f32 bf16}
 MODES=${MODES:-dspark dflash}
+SETS=${SETS:-humaneval mtbench}
 mkdir -p "$OUT_DIR"
-runs=()
 for rep in $(seq 1 "$REPS"); do
-    for set in humaneval mtbench; do
+    for set in $SETS; do
         for mm in $MATMULS; do
             for mode in $MODES; do
                 for k in $SIZES; do
@@ -30,13 +32,12 @@ for rep in $(seq 1 "$REPS"); do
                     "$BIN" bench --model demo --matmul "$mm" --mode "$mode" --prompt-set "$set" \
                         --prompts "$N" --max-tokens 128 --draft-vocab "$k" --out "$out" |
                         grep -E "^(baseline|dflash|dspark) "
-                    runs+=("$out")
                 done
             done
         done
     done
 done
-python3 - "$SUMMARY" "${runs[@]}" <<'PY'
+python3 - "$SUMMARY" "$OUT_DIR"/*-r*.json <<'PY'
 import json, sys
 summary, paths = sys.argv[1], sys.argv[2:]
 rows = []

@@ -228,3 +228,69 @@ fn the_config_sets_the_default_size() {
         .to_string();
     assert!(e.contains("draft_vocab_size") && e.contains("many"), "{e}");
 }
+
+/// Real weights: the demo target and its trained drafters with their shipped rankings
+/// (`draft_vocab.json`) at 16,384 ids: greedy output equals the baseline's on held-out MT-Bench
+/// prompts, and every draft lies in the ranking's first 16,384 ids.
+#[test]
+fn the_demo_drafters_stay_exact_over_their_shipped_rankings() {
+    use dspark_engine::drafters::draft_vocab::{choose_ids, read_ranking};
+    use dspark_engine::load::load_model;
+    use dspark_engine::pipeline::load_drafter;
+    use dspark_engine::spec::Mode;
+    const K: usize = 16384;
+    let b = CandleBackend::cpu().with_exact_drafts(false);
+    let lm = load_model(
+        &b,
+        &dspark_tests::artefact("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+        None,
+    )
+    .unwrap();
+    let t = &lm.model;
+    let vocab = t.cfg.vocab_size;
+    let prompts = dspark_tests::mtbench_chat_prompts(&lm.tokenizer, 6);
+    let case = |p: &Vec<u32>| Case {
+        prompt: p.clone(),
+        max_new: 40,
+        cap: 16,
+        eos: lm.eos_ids(),
+    };
+    let assets = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets/drafters");
+    for (name, mode) in [
+        ("smollm2-135m-dspark-b7", Mode::Dspark),
+        ("smollm2-135m-dflash-b16", Mode::Dflash),
+    ] {
+        let dir = assets.join(name);
+        let ranking = read_ranking(&dir, vocab)
+            .unwrap()
+            .expect("a shipped ranking");
+        let subset = choose_ids(Some(&ranking), K, vocab);
+        let mut d = load_drafter(&b, &b, mode, &dir, t, 16).unwrap();
+        assert_eq!(
+            d.set_draft_vocab(t, DraftVocabSize::Top(K)).unwrap(),
+            Some(K)
+        );
+        let mut drafted = 0;
+        for (i, p) in prompts.iter().enumerate() {
+            let c = case(p);
+            let base = baseline::generate(
+                t,
+                &mut t.new_cache(),
+                &c.prompt,
+                &params(&c),
+                &mut Vec::new(),
+            )
+            .unwrap();
+            let (sp, rounds) = run_spec(t, d.as_mut(), &c);
+            assert_eq!(sp.tokens, base.tokens, "{name} prompt {i}");
+            for r in &rounds {
+                drafted += r.len() - 1;
+                assert!(
+                    r[1..].iter().all(|x| subset.binary_search(x).is_ok()),
+                    "{name} prompt {i}: {r:?}"
+                );
+            }
+        }
+        assert!(drafted > 100, "{name}: {drafted} drafts");
+    }
+}
