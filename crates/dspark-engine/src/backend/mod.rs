@@ -210,19 +210,10 @@ pub trait Backend: Clone + Send + 'static {
     /// Rows `ids` of the `[out, in]` weight `w` as a new `[ids.len(), in]` weight for
     /// [`Backend::draft_matmul`] only (a drafter's head over its draft vocabulary: every draft
     /// is verified, so the rows may be held in a faster, inexact form). `None`: this weight
-    /// form has no rows to take (the drafter keeps the whole head). Default: the rows as a
-    /// dense weight, read by [`Backend::gather_rows`] or from [`Backend::linear_dense`].
+    /// form has no rows to take (the drafter keeps the whole head), the default.
     fn draft_rows(&self, w: &Self::Linear, ids: &[u32]) -> BResult<Option<Self::Linear>> {
-        let rows = if self.has_rows(w) {
-            let t = self.gather_rows(w, ids)?;
-            let k = *self.dims(&t).last().unwrap_or(&0);
-            self.reshape(&t, &[ids.len(), k])?
-        } else if let Some(dense) = self.linear_dense(w) {
-            self.embedding_ids(&dense, ids, &[ids.len()])?
-        } else {
-            return Ok(None);
-        };
-        self.linear_from_tensor(&rows).map(Some)
+        let _ = (w, ids);
+        Ok(None)
     }
     fn embedding(&self, table: &Self::Tensor, ids: &Self::Tensor) -> BResult<Self::Tensor>;
     /// [`Backend::embedding`] of host ids shaped `shape`; a backend may check them on the host

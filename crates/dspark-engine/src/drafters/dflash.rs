@@ -68,8 +68,8 @@ pub(crate) fn choose_rows(
 
 /// One draft from a drafter's row of logits: the grammar's mask applied, then the greedy pick,
 /// or a sample whose draft distribution is pushed to `qs`; the grammar then takes the choice.
-/// One draft from one row of logits, under the grammar; `None` when no id is left to draft
-/// (every id the grammar allows lies outside a draft vocabulary): the round's drafts end there.
+/// `None` when no id is left to draft (every id the grammar allows lies outside a draft
+/// vocabulary): the round's drafts end there.
 pub(crate) fn choose_one(
     row: &mut [f32],
     grammar: &mut Drafting,

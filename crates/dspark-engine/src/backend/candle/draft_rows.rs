@@ -49,24 +49,20 @@ impl CandleBackend {
             None => Ok(()),
         };
         let (k, rows) = match w {
-            CandleLinear::Dense(t) if !t.device().is_cpu() => {
-                check(t.dims2().map_err(err)?.0)?;
-                let idx = Tensor::from_slice(ids, ids.len(), t.device()).map_err(err)?;
-                let rows = t.index_select(&idx, 0).map_err(err)?;
-                return Ok(Some(CandleLinear::Dense(rows)));
-            }
             CandleLinear::Dense(t) => {
-                let t = t.to_dtype(CDType::F32).map_err(err)?;
                 let (n, k) = t.dims2().map_err(err)?;
                 check(n)?;
-                let v = t
-                    .flatten_all()
-                    .and_then(|v| v.to_vec1::<f32>())
+                let idx = Tensor::from_slice(ids, ids.len(), t.device()).map_err(err)?;
+                let rows = t.index_select(&idx, 0).map_err(err)?;
+                if !t.device().is_cpu() {
+                    return Ok(Some(CandleLinear::Dense(rows)));
+                }
+                let rows = rows
+                    .to_dtype(CDType::F32)
+                    .and_then(|r| r.flatten_all())
+                    .and_then(|r| r.to_vec1::<f32>())
                     .map_err(err)?;
-                let rows = ids
-                    .iter()
-                    .flat_map(|&j| &v[j as usize * k..(j as usize + 1) * k]);
-                (k, rows.copied().collect::<Vec<f32>>())
+                (k, rows)
             }
             other => {
                 let Some((n, k, row)) = other.packed_rows() else {
