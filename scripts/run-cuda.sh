@@ -32,7 +32,8 @@
 #          (the default, one launch a draft row) and op by op (DSPARK_CUDA_MARKOV=0),
 #          alternated twice in one call
 #   --vocab: both oracle drafters (tau 2, 4, 6.5) with a draft vocabulary of 32,768 ids
-#          (--draft-vocab 32768: their heads score a fifth of the 151,936 ids) and with the
+#          (--draft-vocab 32768: their heads score a fifth of the 151,936 ids) plus each
+#          prompt's ids (the default), without them (DSPARK_DRAFT_VOCAB_PROMPT=0), and with the
 #          whole vocabulary (--draft-vocab 0), alternated VOCAB_REPS (2) times in one call
 #   --spec: only the two oracle runs of --q8b (DFlash- and DSpark-shaped drafters, tau 2, 4, 6.5)
 #   --vs-hf: dspark's baseline decode and HF transformers (static cache, then torch.compile
@@ -88,10 +89,11 @@ export DSPARK_TESTS_DIR=$PWD/tests
   ldd $BIN/dspark | grep -i "cuda\|not found"
 } 2>&1 | tee -a "$LOG/tests.txt"
 fails=0
-for t in $([ $TESTS = 1 ] && echo golden_tiny spec_greedy spec_golden batch_invariance); do
+for t in $([ $TESTS = 1 ] && echo golden_tiny spec_greedy spec_golden batch_invariance draft_vocab); do
   echo "== $t" | tee -a "$LOG/tests.txt"
-  # batch_invariance: its CUDA test only (the others read CPU artefacts the GPU box lacks)
-  f=; [ $t = batch_invariance ] && f=cuda_
+  # batch_invariance, draft_vocab: their CUDA tests only (the others read CPU artefacts the GPU
+  # box lacks)
+  f=; case $t in batch_invariance | draft_vocab) f=cuda_ ;; esac
   ( time timeout 150 $BIN/$t $f --test-threads=1 --nocapture ) >>"$LOG/tests.txt" 2>&1 || fails=$((fails + 1))
   grep -E "^test result|FAILED|panicked|on candle cuda" "$LOG/tests.txt" | tail -20
 done
@@ -155,9 +157,12 @@ if [ $VOCAB = 1 ]; then
   mkdir -p /tmp/vocab
   for r in $(seq 1 "${VOCAB_REPS:-2}"); do
     t=$(date +%H%M%S)
-    for k in 32768 0; do
-      q $B --mode dflash --drafter $M/dflash-b16 --draft-vocab $k --out "/tmp/vocab/bench_vocab${k}_dflash_$t.json"
-      q $B --mode dspark --drafter $M/dspark-b7 --draft-vocab $k --out "/tmp/vocab/bench_vocab${k}_dspark_$t.json"
+    for way in 32768:1 32768:0 0:1; do
+      k=${way%:*} p=${way#*:}
+      for d in dflash-b16 dspark-b7; do
+        q env DSPARK_DRAFT_VOCAB_PROMPT=$p $B --mode ${d%-*} --drafter $M/$d --draft-vocab $k \
+          --out "/tmp/vocab/bench_vocab${k}_p${p}_${d%-*}_$t.json"
+      done
     done
   done
   tar -cf "$LOG/vocab.tar" -C /tmp vocab

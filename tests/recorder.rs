@@ -75,6 +75,12 @@ impl<B: Backend> Drafter<B> for Recorder<'_, B> {
     ) -> Result<(), EngineError> {
         self.inner.commit(t, pos, taps)
     }
+    fn draft_vocab_len(&self) -> Option<usize> {
+        self.inner.draft_vocab_len()
+    }
+    fn fit_prompt(&mut self, target: &Transformer<B>, prompt: &[u32]) -> Result<(), EngineError> {
+        self.inner.fit_prompt(target, prompt)
+    }
     fn truncate(&mut self, len: usize) {
         self.inner.truncate(len)
     }

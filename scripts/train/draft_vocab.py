@@ -64,6 +64,8 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=400)
     ap.add_argument("--code-share", type=float, default=0.4)
     ap.add_argument("--seed", type=int, default=20261206)
+    ap.add_argument("--size", type=int, help="the drafter's default draft-vocabulary size (the "
+                    "file's \"size\"; --draft-vocab and the config's draft_vocab_size override it)")
     a = ap.parse_args()
     if a.write_prompts:
         write_prompts(a.write_prompts, a.count, a.code_share, a.seed)
@@ -79,6 +81,8 @@ def main() -> None:
         f"(scripts/train/draft_vocab.py, seed {a.seed}): {tokens} tokens, {len(ranked)} distinct ids, "
         "most frequent first (ties by id)",
     }
+    if a.size:
+        doc["size"] = a.size
     with open(a.out, "w") as f:
         json.dump(doc, f, separators=(",", ":"))
         f.write("\n")

@@ -1,8 +1,8 @@
 //! Draft vocabularies (`drafters/draft_vocab.rs`): a DFlash or DSpark head that scores only
 //! some ids must keep greedy output identical to the baseline's, over random targets,
 //! drafters, subset sizes, rankings (id order and random), prompts, caps and eos sets; every
-//! draft must lie in the subset; and a round whose grammar allows only ids outside it ends its
-//! drafts instead of failing. Sampling exactness with a draft vocabulary is in spec_sampling.rs
+//! draft must lie in the subset (the ranked ids and the prompt's); and a round whose grammar
+//! allows only ids outside it ends its drafts instead of failing. Sampling exactness with a draft vocabulary is in spec_sampling.rs
 //! (`dspark_sampling_is_exact_with_a_draft_vocabulary`).
 
 use dspark_engine::backend::candle::CandleBackend;
@@ -110,9 +110,27 @@ fn greedy_with_a_draft_vocabulary_equals_baseline() {
     }
 }
 
-/// Greedy identity over every case; returns each run's rounds (`[pending, drafts..]`).
+/// The ranked subset with a prompt's ids added, ascending.
+fn with_prompt(subset: &[u32], prompt: &[u32]) -> Vec<u32> {
+    let mut ids: Vec<u32> = subset.iter().chain(prompt).copied().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// The same on the GPU, f32: DFlash's argmax over the subset and DSpark's Markov chain over the
+/// extended `w1` on the device, with each case's prompt rows joined to the ranked ones.
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_greedy_with_a_draft_vocabulary_equals_baseline() {
+    greedy_identity(dspark_tests::cuda_backend());
+}
+
+/// Greedy identity over every case; returns each run's rounds (`[pending, drafts..]`). Each
+/// case's prompt ids join the ranked ones, so the rows are rebuilt from case to case, and
+/// some drafts must be prompt ids outside the ranked subset.
 fn greedy_identity(b: CandleBackend) -> Vec<Vec<Vec<u32>>> {
-    let (mut combos, mut accepted) = (0, 0);
+    let (mut combos, mut accepted, mut from_prompt) = (0, 0, 0);
     let mut runs = Vec::new();
     for seed in 0..4u64 {
         let spec = RandomSpec {
@@ -165,15 +183,20 @@ fn greedy_identity(b: CandleBackend) -> Vec<Vec<Vec<u32>>> {
                     );
                     assert_eq!(sp.tokens, base.tokens, "{what}");
                     assert_eq!(sp.finish_reason, base.finish_reason, "{what}");
+                    let allowed = with_prompt(&subset, &c.prompt);
                     for r in &rounds {
                         let outside: Vec<_> = r[1..]
                             .iter()
-                            .filter(|t| subset.binary_search(t).is_err())
+                            .filter(|t| allowed.binary_search(t).is_err())
                             .collect();
                         assert!(
                             outside.is_empty(),
                             "{what}: drafts {outside:?} outside the subset"
                         );
+                        from_prompt += r[1..]
+                            .iter()
+                            .filter(|t| subset.binary_search(t).is_err())
+                            .count();
                     }
                     accepted += sp.stats.accept_lengths.iter().filter(|&&a| a > 1).count();
                     runs.push(rounds);
@@ -194,6 +217,10 @@ fn greedy_identity(b: CandleBackend) -> Vec<Vec<Vec<u32>>> {
     assert!(
         accepted >= 40,
         "drafts from a subset should still be accepted: {accepted} rounds"
+    );
+    assert!(
+        from_prompt >= 20,
+        "prompt ids outside the ranked subset should be drafted: {from_prompt}"
     );
     runs
 }
@@ -230,8 +257,9 @@ fn the_config_sets_the_default_size() {
 }
 
 /// Real weights: the demo target and its trained drafters with their shipped rankings
-/// (`draft_vocab.json`) at 16,384 ids: greedy output equals the baseline's on held-out MT-Bench
-/// prompts, and every draft lies in the ranking's first 16,384 ids.
+/// (`draft_vocab.json`) at 16,384 ids, their default: greedy output equals the baseline's on
+/// held-out MT-Bench prompts, and every draft lies in the ranking's first 16,384 ids or the
+/// prompt's.
 #[test]
 fn the_demo_drafters_stay_exact_over_their_shipped_rankings() {
     use dspark_engine::drafters::draft_vocab::{choose_ids, read_ranking};
@@ -266,6 +294,13 @@ fn the_demo_drafters_stay_exact_over_their_shipped_rankings() {
             .expect("a shipped ranking");
         let subset = choose_ids(Some(&ranking), K, vocab);
         let mut d = load_drafter(&b, &b, mode, &dir, t, 16).unwrap();
+        // the shipped ranking's size is the drafter's default
+        assert_eq!(
+            d.draft_vocab_len(),
+            Some(K),
+            "{name}: the default draft vocabulary"
+        );
+        assert_eq!(d.set_draft_vocab(t, DraftVocabSize::Full).unwrap(), None);
         assert_eq!(
             d.set_draft_vocab(t, DraftVocabSize::Top(K)).unwrap(),
             Some(K)
@@ -283,10 +318,11 @@ fn the_demo_drafters_stay_exact_over_their_shipped_rankings() {
             .unwrap();
             let (sp, rounds) = run_spec(t, d.as_mut(), &c);
             assert_eq!(sp.tokens, base.tokens, "{name} prompt {i}");
+            let allowed = with_prompt(&subset, &c.prompt);
             for r in &rounds {
                 drafted += r.len() - 1;
                 assert!(
-                    r[1..].iter().all(|x| subset.binary_search(x).is_ok()),
+                    r[1..].iter().all(|x| allowed.binary_search(x).is_ok()),
                     "{name} prompt {i}: {r:?}"
                 );
             }

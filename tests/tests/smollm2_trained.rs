@@ -16,6 +16,7 @@
 use std::path::PathBuf;
 
 use dspark_engine::backend::candle::CandleBackend;
+use dspark_engine::drafters::draft_vocab::DraftVocabSize;
 use dspark_engine::generate::GenParams;
 use dspark_engine::load::load_model;
 use dspark_engine::pipeline::{load_drafter, Pipeline};
@@ -190,7 +191,12 @@ fn run_case(
     params: &GenParams,
 ) -> Vec<Vec<usize>> {
     let lm = load_model(b, gguf, None).unwrap();
-    let drafter = load_drafter(b, b, case.mode, &drafter_dir(case.drafter), &lm.model, 16).unwrap();
+    let mut drafter =
+        load_drafter(b, b, case.mode, &drafter_dir(case.drafter), &lm.model, 16).unwrap();
+    // the evaluator drafts over the whole vocabulary (the shipped draft vocabulary is ours)
+    drafter
+        .set_draft_vocab(&lm.model, DraftVocabSize::Full)
+        .unwrap();
     let spec = SpecParams {
         max_draft: 16,
         confidence_threshold: 0.0,

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use dspark_engine::backend::Backend;
 use dspark_engine::chat_template::ChatOptions;
+use dspark_engine::drafters::draft_vocab::DraftVocabSize;
 use dspark_engine::drafters::{load_dflash, load_dspark};
 use dspark_engine::generate::{baseline, GenParams};
 use dspark_engine::load::load_model;
@@ -110,6 +111,9 @@ fn match_mlx_dspark<B: Backend>(b: B) {
         } else {
             Box::new(load_dflash(&b, &drafter_dir(dir), t).unwrap())
         };
+        // mlx-dspark drafts over the whole vocabulary (the shipped rankings' default size is
+        // dspark's own)
+        d.set_draft_vocab(t, DraftVocabSize::Full).unwrap();
         let (mut tokens, mut rounds_n, mut multi) = (0, 0, 0);
         for (i, case) in cases.iter().enumerate() {
             let prompt = as_u32s(&case["prompt_ids"]);

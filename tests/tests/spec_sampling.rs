@@ -471,7 +471,9 @@ fn dspark_sampling_is_exact() {
 fn dspark_sampling_is_exact_with_a_draft_vocabulary() {
     use dspark_engine::drafters::draft_vocab::{DraftVocabSize, VocabChoice};
     let (t, d) = dspark_case();
-    let ranking = VocabChoice::ranked(Some(vec![7, 5, 2, 0, 1, 3, 4, 6]), None);
+    // the ranked ids alone: a prompt's ids would fill in the other four
+    let ranking =
+        VocabChoice::ranked(Some(vec![7, 5, 2, 0, 1, 3, 4, 6]), None).with_prompt_ids(false);
     let mut d = d.with_vocab_choice(ranking);
     assert_eq!(
         d.set_draft_vocab(&t, DraftVocabSize::Top(V / 2)).unwrap(),

@@ -10,6 +10,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::Args;
 use dspark_engine::backend::profile;
+use dspark_engine::drafters::draft_vocab::prompt_ids_join;
 use dspark_engine::generate::{GenParams, GenResult};
 use dspark_engine::pipeline::Pipeline;
 use dspark_engine::sampling::SamplingParams;
@@ -421,6 +422,7 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
             "mean_tau": tau, "achieved_over_ideal": ratio / tau, "draft_share": ss.draft / ss.decode_secs,
             "verify_share": ss.verify / ss.decode_secs, "max_draft": max_draft_label(&pipe, &a),
             "draft_vocab": pipe.draft_vocab_len(),
+            "draft_vocab_prompt_ids": pipe.draft_vocab_len().map(|_| prompt_ids_join()),
             "rounds_by_draft_count": pipe.draft_budget().map(|b| b.rounds_by_count().to_vec()),
             "round_ms_by_draft_count": pipe.draft_budget().map(|b| (0..=b.block()).map(|k| b.round_cost(k).map(|c| 1e3 * c)).collect::<Vec<_>>()),
             "accept_rate_by_draft_position": pipe.draft_budget().map(|b| (0..b.block()).map(|i| b.accept_rate(i)).collect::<Vec<_>>()),

@@ -231,7 +231,10 @@ pub fn run(a: ServeArgs) -> Result<()> {
         let drafter = match (info.drafter.as_deref(), info.draft_vocab) {
             (None, _) => "none".to_string(),
             (Some(d), None) => d.to_string(),
-            (Some(d), Some(k)) => format!("{d} (draft vocabulary {k} of {} ids)", info.vocab_size),
+            (Some(d), Some(k)) => {
+                let plus = if dspark_engine::drafters::draft_vocab::prompt_ids_join() { " + each prompt's" } else { "" };
+                format!("{d} (draft vocabulary {k}{plus} of {} ids)", info.vocab_size)
+            }
         };
         let key_hdr = if auth { " -H \"Authorization: Bearer $DSPARK_API_KEY\"" } else { "" };
         println!("dspark serve · mode {} · model {id} ({path}) · drafter {drafter}", info.mode);

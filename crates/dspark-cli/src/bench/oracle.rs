@@ -135,6 +135,12 @@ impl<B: Backend> Drafter<B> for Oracle<B> {
     ) -> Result<(), EngineError> {
         self.inner.commit(tokens, pos, taps)
     }
+    fn draft_vocab_len(&self) -> Option<usize> {
+        self.inner.draft_vocab_len()
+    }
+    fn fit_prompt(&mut self, target: &Transformer<B>, prompt: &[u32]) -> Result<(), EngineError> {
+        self.inner.fit_prompt(target, prompt)
+    }
     fn truncate(&mut self, len: usize) {
         self.inner.truncate(len)
     }

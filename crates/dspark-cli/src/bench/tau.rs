@@ -4,12 +4,22 @@
 //! at a fraction of the time a side-by-side run takes. No speed is claimed from it.
 
 use anyhow::Result;
+use dspark_engine::drafters::draft_vocab::prompt_ids_join;
 use dspark_engine::generate::GenParams;
 use dspark_engine::launch::LaunchBackend;
 use dspark_engine::pipeline::Pipeline;
 use serde_json::{json, Value};
 
 use super::{bench_sampling, BenchArgs};
+
+/// How a draft vocabulary's size reads in the summary line: plus each prompt's ids, or not.
+fn prompt_ids_note() -> &'static str {
+    if prompt_ids_join() {
+        " + each prompt's ids"
+    } else {
+        " (prompt ids left out)"
+    }
+}
 
 /// Runs the configured speculative mode on every prompt of `ids` and returns the JSON record:
 /// tau over all rounds, per-prompt rounds and tokens, and how often each accept length came.
@@ -56,8 +66,10 @@ pub fn run<B: LaunchBackend>(
         "{} ({}{}), {} prompts of {} x up to {} tokens, {}: tau {tau:.3} over {rounds} rounds",
         pipe.mode.as_str(),
         pipe.drafter_name().unwrap_or("no drafter"),
-        pipe.draft_vocab_len()
-            .map_or(String::new(), |k| format!(", draft vocabulary {k}")),
+        pipe.draft_vocab_len().map_or(String::new(), |k| format!(
+            ", draft vocabulary {k}{}",
+            prompt_ids_note()
+        )),
         ids.len(),
         a.prompt_set,
         a.max_tokens,
@@ -72,6 +84,7 @@ pub fn run<B: LaunchBackend>(
         "drafter": pipe.drafter_name(),
         "max_draft": super::max_draft_label(pipe, a),
         "draft_vocab": pipe.draft_vocab_len(),
+        "draft_vocab_prompt_ids": pipe.draft_vocab_len().map(|_| prompt_ids_join()),
         "rounds_by_draft_count": pipe.draft_budget().map(|b| b.rounds_by_count().to_vec()),
         "prompt_set": a.prompt_set,
         "prompts": ids.len(),

@@ -8,7 +8,7 @@ use rand::RngCore;
 
 use crate::backend::{BResult, Backend};
 use crate::constrain::Drafting;
-use crate::drafters::draft_vocab::{DraftVocab, DraftVocabSize, VocabChoice};
+use crate::drafters::draft_vocab::{DraftVocabSize, SubsetRows, VocabChoice};
 use crate::error::EngineError;
 use crate::model::kv_injection::KvInjectionNet;
 use crate::model::transformer::Transformer;
@@ -19,7 +19,7 @@ pub struct DFlash<B: Backend> {
     net: KvInjectionNet<B>,
     choice: VocabChoice,
     /// The draft vocabulary and the target head's rows for it.
-    vocab: Option<(DraftVocab, B::Linear)>,
+    vocab: Option<SubsetRows<B::Linear>>,
 }
 
 impl<B: Backend> DFlash<B> {
@@ -101,16 +101,45 @@ fn draft_logits<B: Backend>(
     block: &[u32],
     n: usize,
     softcap: Option<f32>,
-    head_rows: Option<&B::Linear>,
+    head_rows: Option<&SubsetRows<B::Linear>>,
 ) -> BResult<B::Tensor> {
     let b = target.backend();
     let x = target.embed(block)?;
     let h = net.block(&x)?;
     let rows = b.narrow(&h, 1, 1, n)?;
-    let logits = target.draft_lm_head(&rows, head_rows)?;
+    let logits = subset_logits(b, head_rows, |w| target.draft_lm_head(&rows, w))?;
     match softcap {
         Some(cap) => b.softcap(&logits, cap),
         None => Ok(logits),
+    }
+}
+
+/// A head's logits over a draft vocabulary's rows (the ranked rows', then the prompt's rows'
+/// joined after them), or over the whole head: `head(None)` is the whole head, `head(Some(w))`
+/// those rows.
+pub(crate) fn subset_logits<B: Backend>(
+    b: &B,
+    rows: Option<&SubsetRows<B::Linear>>,
+    head: impl Fn(Option<&B::Linear>) -> BResult<B::Tensor>,
+) -> BResult<B::Tensor> {
+    let Some(r) = rows else { return head(None) };
+    let ranked = head(Some(&r.ranked))?;
+    match &r.prompt {
+        None => Ok(ranked),
+        Some(p) => {
+            let extra = head(Some(p))?;
+            let last = b.dims(&ranked).len() - 1;
+            b.concat(&[&ranked, &extra], last)
+        }
+    }
+}
+
+/// A block step's shape key: the draft count and, under a draft vocabulary, its rows' build
+/// (a captured step reads the rows it was captured with).
+pub(crate) fn rows_key<L>(n: usize, rows: Option<&SubsetRows<L>>) -> Vec<usize> {
+    match rows {
+        None => vec![n],
+        Some(r) => vec![n, r.vocab.len(), r.generation as usize],
     }
 }
 
@@ -158,7 +187,7 @@ impl<B: Backend> Drafter<B> for DFlash<B> {
         block[0] = pending;
         let n = max.min(bs - 1);
         let softcap = self.net.cfg.final_logit_softcapping;
-        let head_rows = self.vocab.as_ref().map(|(_, w)| w);
+        let head_rows = self.vocab.as_ref();
         let mut forward = |net: &mut KvInjectionNet<B>| {
             Ok(vec![draft_logits(
                 net, target, &block, n, softcap, head_rows,
@@ -166,10 +195,10 @@ impl<B: Backend> Drafter<B> for DFlash<B> {
         };
         let logits = self
             .net
-            .block_step("dflash", &block, vec![n], &mut forward)?
+            .block_step("dflash", &block, rows_key(n, head_rows), &mut forward)?
             .pop()
             .ok_or_else(|| EngineError::Invalid("the dflash block step gave no logits".into()))?;
-        let vocab = self.vocab.as_ref().map(|(v, _)| v);
+        let vocab = self.vocab.as_ref().map(|r| &r.vocab);
         if plain_greedy(sampling) && b.device_argmax() {
             let ids = b.to_u32_vec(&b.argmax_last(&logits)?)?;
             return Ok(Proposal {
@@ -193,15 +222,21 @@ impl<B: Backend> Drafter<B> for DFlash<B> {
         target: &Transformer<B>,
         size: DraftVocabSize,
     ) -> Result<Option<usize>, EngineError> {
-        self.vocab = match self.choice.pick(size, target.cfg.vocab_size) {
-            Some(v) => target.draft_head_rows(v.ids())?.map(|w| (v, w)),
-            None => None,
-        };
+        self.choice.set_size(size);
+        self.vocab = None;
+        self.fit_prompt(target, &[])?;
         Ok(self.draft_vocab_len())
     }
 
+    fn fit_prompt(&mut self, target: &Transformer<B>, prompt: &[u32]) -> Result<(), EngineError> {
+        let v = self.choice.pick(target.cfg.vocab_size, prompt);
+        self.vocab = SubsetRows::refit(self.vocab.take(), v, |ids| target.draft_head_rows(ids))?;
+        Ok(())
+    }
+
     fn draft_vocab_len(&self) -> Option<usize> {
-        self.vocab.as_ref().map(|(v, _)| v.len())
+        let r = self.vocab.as_ref()?;
+        self.choice.ranked_len(r.vocab.vocab_size())
     }
 
     fn commit(

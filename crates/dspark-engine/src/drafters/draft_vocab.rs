@@ -8,9 +8,13 @@
 //!
 //! The ids come from a ranking the drafter ships (`draft_vocab.json`: ids, most frequent in
 //! the target's own outputs first), else from the tokenizer's order (ids `0..k`, which byte
-//! BPE merges roughly rank by frequency). The size is the drafter config's
-//! `draft_vocab_size`, or the loader's override (`--draft-vocab`); none means the whole
-//! vocabulary.
+//! BPE merges roughly rank by frequency). The size is the loader's override (`--draft-vocab`),
+//! else the drafter config's `draft_vocab_size`, else the ranking file's `size` (a default that
+//! the reference packages, which read the config, never see); none means the whole vocabulary.
+//!
+//! Each generation adds its prompt's ids to the ranked ones ([`VocabChoice::pick`]): answers
+//! copy rare ids from their prompts (a function's name, a quoted word), which a ranking of
+//! typical outputs leaves out. `DSPARK_DRAFT_VOCAB_PROMPT=0` keeps the ranked ids alone.
 
 use std::path::Path;
 
@@ -57,6 +61,14 @@ impl DraftVocabSize {
 /// Reads a drafter directory's ranking (`None` when it ships none). Every entry must be an id
 /// below `vocab`, each at most once.
 pub fn read_ranking(dir: &Path, vocab: usize) -> Result<Option<Vec<u32>>, EngineError> {
+    Ok(read_ranking_file(dir, vocab)?.map(|(ids, _)| ids))
+}
+
+/// A ranking file's ids and its default size.
+type RankingFile = (Vec<u32>, Option<usize>);
+
+/// The ranking file's ids and its default size (`"size"`, optional).
+fn read_ranking_file(dir: &Path, vocab: usize) -> Result<Option<RankingFile>, EngineError> {
     let p = dir.join(RANKING_FILE);
     let text = match std::fs::read_to_string(&p) {
         Ok(t) => t,
@@ -85,7 +97,15 @@ pub fn read_ranking(dir: &Path, vocab: usize) -> Result<Option<Vec<u32>>, Engine
         }
         ids.push(id as u32);
     }
-    Ok(Some(ids))
+    let size = match v.get("size") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(x) => Some(
+            x.as_u64()
+                .ok_or_else(|| bad(format!("size {x} is not a count of ids")))?
+                as usize,
+        ),
+    };
+    Ok(Some((ids, size)))
 }
 
 /// The `k` ids of the draft vocabulary, ascending: the ranking's first `k`, topped up in id
@@ -109,11 +129,22 @@ pub fn choose_ids(ranking: Option<&[u32]>, k: usize, vocab: usize) -> Vec<u32> {
     ids
 }
 
-/// What a drafter's directory says of its draft vocabulary: its ranking and its config's size.
+/// Whether a generation's prompt ids join its draft vocabulary (`DSPARK_DRAFT_VOCAB_PROMPT`,
+/// on unless `0`; read once).
+pub fn prompt_ids_join() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("DSPARK_DRAFT_VOCAB_PROMPT").map_or(true, |v| v != "0"))
+}
+
+/// What a drafter's directory says of its draft vocabulary (its ranking and its config's
+/// size), and the size the loader set.
 #[derive(Clone, Debug, Default)]
 pub struct VocabChoice {
     ranking: Option<Vec<u32>>,
     configured: Option<usize>,
+    size: DraftVocabSize,
+    /// Whether a prompt's ids join the ranked ones ([`prompt_ids_join`] unless set).
+    prompt_ids: bool,
 }
 
 impl VocabChoice {
@@ -128,9 +159,15 @@ impl VocabChoice {
                 ))
             })?),
         };
+        let (ranking, default) = match read_ranking_file(dir, vocab)? {
+            Some((ids, size)) => (Some(ids), size),
+            None => (None, None),
+        };
         Ok(VocabChoice {
-            ranking: read_ranking(dir, vocab)?,
-            configured,
+            ranking,
+            configured: configured.or(default),
+            size: DraftVocabSize::Drafter,
+            prompt_ids: prompt_ids_join(),
         })
     }
 
@@ -139,35 +176,95 @@ impl VocabChoice {
         VocabChoice {
             ranking,
             configured,
+            size: DraftVocabSize::Drafter,
+            prompt_ids: prompt_ids_join(),
         }
     }
 
-    /// The draft vocabulary for `size` (`None`: the whole vocabulary).
-    pub fn pick(&self, size: DraftVocabSize, vocab: usize) -> Option<DraftVocab> {
-        let k = size.resolve(self.configured, vocab)?;
-        Some(DraftVocab::new(
-            choose_ids(self.ranking.as_deref(), k, vocab),
-            vocab,
-        ))
+    /// Whether [`VocabChoice::pick`] adds a prompt's ids (tests that need the ranked ids alone).
+    pub fn with_prompt_ids(mut self, on: bool) -> Self {
+        self.prompt_ids = on;
+        self
+    }
+
+    /// How many ranked ids the size set takes from a `vocab`-id target's vocabulary, before a
+    /// prompt's (`None`: the whole vocabulary).
+    pub fn ranked_len(&self, vocab: usize) -> Option<usize> {
+        self.size.resolve(self.configured, vocab)
+    }
+
+    /// Sets the size that [`VocabChoice::pick`] resolves.
+    pub fn set_size(&mut self, size: DraftVocabSize) {
+        self.size = size;
+    }
+
+    /// The draft vocabulary of a `vocab`-id target for the size set, with every id of
+    /// `prompt` below `vocab` added unless prompt ids are off (`None`: the whole vocabulary).
+    pub fn pick(&self, vocab: usize, prompt: &[u32]) -> Option<DraftVocab> {
+        let k = self.size.resolve(self.configured, vocab)?;
+        let mut v = DraftVocab::new(choose_ids(self.ranking.as_deref(), k, vocab), vocab);
+        if self.prompt_ids && !prompt.is_empty() {
+            let mut taken = vec![false; vocab];
+            for &id in &v.ids {
+                taken[id as usize] = true;
+            }
+            let mut extra = Vec::new();
+            for &id in prompt {
+                if let Some(t) = taken.get_mut(id as usize).filter(|t| !**t) {
+                    *t = true;
+                    extra.push(id);
+                }
+            }
+            if k + extra.len() >= vocab {
+                return None;
+            }
+            extra.sort_unstable();
+            v.ids.extend(extra);
+        }
+        Some(v)
     }
 }
 
-/// The subset a drafter drafts from: the full ids of its head's rows.
+/// The subset a drafter drafts from: the full ids of its head's rows, the ranked ids
+/// (ascending) followed by those a prompt adds (ascending).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DraftVocab {
     ids: Vec<u32>,
+    /// How many of `ids` are the ranked ones.
+    ranked: usize,
     vocab: usize,
 }
 
 impl DraftVocab {
-    /// `ids` ascending and below `vocab`.
+    /// `ids` ascending and below `vocab`, all ranked.
     pub fn new(ids: Vec<u32>, vocab: usize) -> Self {
         debug_assert!(ids.windows(2).all(|w| w[0] < w[1]));
         debug_assert!(ids.last().is_none_or(|&i| (i as usize) < vocab));
-        DraftVocab { ids, vocab }
+        DraftVocab {
+            ranked: ids.len(),
+            ids,
+            vocab,
+        }
     }
 
+    /// Every id, row by row: the ranked ones, then the prompt's.
     pub fn ids(&self) -> &[u32] {
         &self.ids
+    }
+
+    /// The ranked ids (the first rows).
+    pub fn ranked_ids(&self) -> &[u32] {
+        &self.ids[..self.ranked]
+    }
+
+    /// The ids a prompt added (the last rows).
+    pub fn prompt_ids(&self) -> &[u32] {
+        &self.ids[self.ranked..]
+    }
+
+    /// The target's vocabulary size.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab
     }
 
     pub fn len(&self) -> usize {
@@ -204,6 +301,62 @@ impl DraftVocab {
     }
 }
 
+/// A draft vocabulary's rows of a vocabulary-wide weight (`L`: a backend's linear): the ranked
+/// ids' rows, built once for a size, and the rows of the ids the current prompt adds, built
+/// for each generation (a few, so a new prompt costs little; the whole subset took 90-125 ms
+/// on the demo's 2-core CPU).
+pub struct SubsetRows<L> {
+    pub vocab: DraftVocab,
+    pub ranked: L,
+    pub prompt: Option<L>,
+    /// Unique to each build of either part in this process, so that a captured step that read
+    /// other rows is not replayed over these.
+    pub generation: u64,
+}
+
+impl<L> SubsetRows<L> {
+    /// The rows for `v` (`None`: the whole vocabulary), keeping `cur`'s ranked rows when the
+    /// ranked ids are the same; `rows(ids)` builds rows (`None`: this weight has no rows to
+    /// take, and the drafter keeps the whole head).
+    pub fn refit<E>(
+        cur: Option<SubsetRows<L>>,
+        v: Option<DraftVocab>,
+        mut rows: impl FnMut(&[u32]) -> Result<Option<L>, E>,
+    ) -> Result<Option<SubsetRows<L>>, E> {
+        static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let Some(v) = v else { return Ok(None) };
+        let generation = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ranked = match cur {
+            Some(c) if c.vocab.ranked_ids() == v.ranked_ids() => {
+                if c.vocab.prompt_ids() == v.prompt_ids() {
+                    return Ok(Some(c));
+                }
+                c.ranked
+            }
+            other => {
+                drop(other); // the old rows go before the new are built
+                match rows(v.ranked_ids())? {
+                    Some(r) => r,
+                    None => return Ok(None),
+                }
+            }
+        };
+        let prompt = match v.prompt_ids() {
+            [] => None,
+            ids => match rows(ids)? {
+                Some(r) => Some(r),
+                None => return Ok(None),
+            },
+        };
+        Ok(Some(SubsetRows {
+            vocab: v,
+            ranked,
+            prompt,
+            generation,
+        }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,6 +383,64 @@ mod tests {
     }
 
     #[test]
+    fn prompt_ids_join_the_ranked_ones_once() {
+        let mut c = VocabChoice::ranked(Some(vec![9, 3, 7]), None).with_prompt_ids(true);
+        assert!(c.pick(10, &[1]).is_none(), "no size: the whole vocabulary");
+        c.set_size(DraftVocabSize::Top(2));
+        assert_eq!(c.pick(10, &[]).unwrap().ids(), [3, 9]);
+        // repeats, ids already in and ids past the vocabulary add nothing; the prompt's ids
+        // follow the ranked ones
+        let v = c.pick(10, &[5, 9, 5, 0, 12]).unwrap();
+        assert_eq!(v.ids(), [3, 9, 0, 5]);
+        assert_eq!((v.ranked_ids(), v.prompt_ids()), (&[3, 9][..], &[0, 5][..]));
+        let full = v.scatter_rows(&[1.0, 2.0, 3.0, 4.0]);
+        assert_eq!((full[0], full[3], full[5], full[9]), (3.0, 1.0, 4.0, 2.0));
+        assert_eq!(v.full_ids(&[2, 3, 1]), [0, 5, 9]);
+        // a prompt that completes the vocabulary leaves no subset
+        assert!(c.pick(10, &[0, 1, 2, 4, 5, 6, 7, 8]).is_none());
+        let mut off = c.clone().with_prompt_ids(false);
+        assert_eq!(off.pick(10, &[5, 0]).unwrap().ids(), [3, 9]);
+        off.set_size(DraftVocabSize::Full);
+        assert!(off.pick(10, &[1]).is_none());
+    }
+
+    /// Rows of the ranked ids are built once per size and kept while only the prompt's ids
+    /// change; each build has its own generation.
+    #[test]
+    fn subset_rows_keep_the_ranked_rows_across_prompts() {
+        let mut c = VocabChoice::ranked(None, None).with_prompt_ids(true);
+        c.set_size(DraftVocabSize::Top(3));
+        let mut built: Vec<Vec<u32>> = Vec::new();
+        let refit = |cur, prompt: &[u32], built: &mut Vec<Vec<u32>>| {
+            SubsetRows::refit(cur, c.pick(10, prompt), |ids| {
+                built.push(ids.to_vec());
+                Ok::<_, ()>(Some(ids.to_vec()))
+            })
+            .unwrap()
+        };
+        let a = refit(None, &[7, 1], &mut built).unwrap();
+        assert_eq!(
+            (&a.ranked[..], a.prompt.as_deref()),
+            (&[0, 1, 2][..], Some(&[7][..]))
+        );
+        let g = a.generation;
+        let b = refit(Some(a), &[7], &mut built).unwrap();
+        assert_eq!(b.generation, g, "same ids: nothing rebuilt");
+        let b = refit(Some(b), &[9, 8], &mut built).unwrap();
+        assert_eq!(b.prompt.as_deref(), Some(&[8, 9][..]));
+        assert_ne!(b.generation, g);
+        let b = refit(Some(b), &[2], &mut built).unwrap();
+        assert!(b.prompt.is_none());
+        assert_eq!(built, [vec![0, 1, 2], vec![7], vec![8, 9]]);
+        // other ranked ids whose weight has no rows to take: the whole head
+        c.set_size(DraftVocabSize::Top(4));
+        let none = SubsetRows::refit(Some(b), c.pick(10, &[]), |_| {
+            Ok::<Option<Vec<u32>>, ()>(None)
+        });
+        assert!(none.unwrap().is_none());
+    }
+
+    #[test]
     fn scattered_rows_hold_the_subset_and_minus_infinity_elsewhere() {
         let v = DraftVocab::new(vec![1, 4], 5);
         let full = v.scatter_rows(&[0.5, -2.0, 3.0, 1.0]);
@@ -246,11 +457,25 @@ mod tests {
         let f = dir.join(RANKING_FILE);
         std::fs::write(&f, r#"{"ids": [4, 2, 9]}"#).unwrap();
         assert_eq!(read_ranking(&dir, 10).unwrap().unwrap(), [4, 2, 9]);
+        // the file's size is the default; the config's draft_vocab_size overrides it
+        std::fs::write(&f, r#"{"ids": [4, 2, 9], "size": 2}"#).unwrap();
+        let cfg = serde_json::json!({});
+        let c = VocabChoice::read(&dir, &cfg, 10).unwrap();
+        assert_eq!(c.ranked_len(10), Some(2));
+        let cfg = serde_json::json!({"draft_vocab_size": 5});
+        assert_eq!(
+            VocabChoice::read(&dir, &cfg, 10).unwrap().ranked_len(10),
+            Some(5)
+        );
         for (text, needle) in [
             (r#"{"ids": [4, 10]}"#, "below the vocabulary of 10"),
             (r#"{"ids": [4, 4]}"#, "ranked twice"),
             (r#"{"ids": [-1]}"#, "not a token id"),
             (r#"[1, 2]"#, "expected {\"ids\""),
+            (
+                r#"{"ids": [1], "size": "big"}"#,
+                "size \"big\" is not a count",
+            ),
         ] {
             std::fs::write(&f, text).unwrap();
             let e = read_ranking(&dir, 10).unwrap_err().to_string();

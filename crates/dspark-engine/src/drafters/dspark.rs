@@ -16,7 +16,8 @@ use serde_json::Value;
 use crate::backend::{BResult, Backend, DType};
 use crate::constrain::Drafting;
 use crate::drafters::dflash::choose_one;
-use crate::drafters::draft_vocab::{DraftVocab, DraftVocabSize, VocabChoice};
+use crate::drafters::dflash::{rows_key, subset_logits};
+use crate::drafters::draft_vocab::{DraftVocabSize, SubsetRows, VocabChoice};
 use crate::error::EngineError;
 use crate::model::gemma::GemmaSpec;
 use crate::model::kv_injection::{DrafterConfig, KvInjectionNet};
@@ -47,9 +48,8 @@ pub struct DSpark<B: Backend> {
 
 /// A draft vocabulary and the rows the drafter reads for it.
 struct Subset<B: Backend> {
-    vocab: DraftVocab,
-    /// Rows of the head (its own, or the target's).
-    head: B::Linear,
+    /// The draft vocabulary and the rows of the head (its own, or the target's).
+    head: SubsetRows<B::Linear>,
     /// Rows of the Markov head's `w2` (bias over the subset), and `w1`'s subset rows followed
     /// by the whole of `w1`: the device chain looks the token before up by its subset row, and
     /// the pending token (any id) at `k + id`.
@@ -146,36 +146,24 @@ impl<B: Backend> DSpark<B> {
         }
     }
 
-    /// The rows of every vocabulary-wide weight for `vocab`; `None` where a weight's form has
-    /// no rows to take.
-    fn rows_for(
+    /// The Markov head's rows for a draft vocabulary's `ids` (row order): `(w2, w1)`, both
+    /// `None` without a Markov head; `None` where `w2`'s form has no rows to take.
+    #[allow(clippy::type_complexity)]
+    fn markov_rows(
         &self,
-        target: &Transformer<B>,
-        vocab: DraftVocab,
-    ) -> Result<Option<Subset<B>>, EngineError> {
-        let b = target.backend();
-        let ids = vocab.ids();
-        let head = match &self.lm_head {
-            Some(w) => b.draft_rows(w, ids)?,
-            None => target.draft_head_rows(ids)?,
-        };
-        let Some(head) = head else { return Ok(None) };
-        let (w1, w2) = match (&self.markov_w1, &self.markov_w2) {
+        b: &B,
+        ids: &[u32],
+    ) -> Result<Option<(Option<B::Linear>, Option<B::Tensor>)>, EngineError> {
+        match (&self.markov_w1, &self.markov_w2) {
             (Some(w1), Some(w2)) => {
                 let Some(w2) = b.draft_rows(w2, ids)? else {
                     return Ok(None);
                 };
                 let rows = b.embedding_ids(w1, ids, &[ids.len()])?;
-                (Some(b.concat(&[&rows, w1], 0)?), Some(w2))
+                Ok(Some((Some(w2), Some(b.concat(&[&rows, w1], 0)?))))
             }
-            _ => (None, None),
-        };
-        Ok(Some(Subset {
-            vocab,
-            head,
-            w2,
-            w1,
-        }))
+            _ => Ok(Some((None, None))),
+        }
     }
 
     /// `w2(w1[prev])`, the Markov bias for the row after `prev` (`[1, vocab]`, on the device).
@@ -244,7 +232,7 @@ impl<B: Backend> DSpark<B> {
             b.to_u32_vec(&b.concat(&ids.iter().collect::<Vec<_>>(), 0)?)?
         };
         let tokens = match &self.subset {
-            Some(s) => s.vocab.full_ids(&tokens),
+            Some(s) => s.head.vocab.full_ids(&tokens),
             None => tokens,
         };
         let prevs = std::iter::once(pending)
@@ -268,7 +256,7 @@ impl<B: Backend> DSpark<B> {
         rng: &mut dyn RngCore,
     ) -> Result<(Vec<u32>, Vec<Vec<f32>>, Vec<u32>), EngineError> {
         let host = b.to_f32_vec(logits)?;
-        let width = self.subset.as_ref().map_or(vocab, |s| s.vocab.len());
+        let width = self.subset.as_ref().map_or(vocab, |s| s.head.vocab.len());
         let mut tokens = Vec::new();
         let mut qs = Vec::new();
         let mut prev = pending;
@@ -286,7 +274,7 @@ impl<B: Backend> DSpark<B> {
                 }
             }
             if let Some(s) = &self.subset {
-                row = s.vocab.scatter_rows(&row);
+                row = s.head.vocab.scatter_rows(&row);
             }
             let Some(d) = choose_one(&mut row, &mut grammar, sampling, rng, &mut qs)? else {
                 break;
@@ -327,7 +315,7 @@ struct Parts<'a, B: Backend> {
     embed: Option<&'a B::Tensor>,
     lm_head: Option<&'a B::Linear>,
     /// The head's rows for a draft vocabulary.
-    head_rows: Option<&'a B::Linear>,
+    head_rows: Option<&'a SubsetRows<B::Linear>>,
 }
 
 impl<B: Backend> Parts<'_, B> {
@@ -358,10 +346,10 @@ impl<B: Backend> Parts<'_, B> {
         let rows = b.narrow(&h, 1, 0, n)?;
         // a bound head is the target's whole projection, its own softcap included (as
         // mlx-dspark binds `lm_head_proj`); the drafter's softcap follows either way
-        let mut logits = match (self.lm_head, self.head_rows) {
-            (Some(own), rows_of) => b.draft_matmul(&rows, rows_of.unwrap_or(own))?,
-            (None, rows_of) => target.draft_project(&rows, rows_of)?,
-        };
+        let mut logits = subset_logits(b, self.head_rows, |w| match self.lm_head {
+            Some(own) => b.draft_matmul(&rows, w.unwrap_or(own)),
+            None => target.draft_project(&rows, w),
+        })?;
         if let Some(cap) = net.cfg.final_logit_softcapping {
             logits = b.softcap(&logits, cap)?;
         }
@@ -423,7 +411,7 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
         };
         let mut outs = self
             .net
-            .block_step("dspark", &block, vec![n], &mut forward)?
+            .block_step("dspark", &block, rows_key(n, parts.head_rows), &mut forward)?
             .into_iter();
         let (Some(logits), Some(rows)) = (outs.next(), outs.next()) else {
             return Err(EngineError::Invalid(
@@ -474,15 +462,45 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
         target: &Transformer<B>,
         size: DraftVocabSize,
     ) -> Result<Option<usize>, EngineError> {
-        self.subset = match self.choice.pick(size, target.cfg.vocab_size) {
-            Some(v) => self.rows_for(target, v)?,
-            None => None,
-        };
+        self.choice.set_size(size);
+        self.subset = None;
+        self.fit_prompt(target, &[])?;
         Ok(self.draft_vocab_len())
     }
 
+    fn fit_prompt(&mut self, target: &Transformer<B>, prompt: &[u32]) -> Result<(), EngineError> {
+        let v = self.choice.pick(target.cfg.vocab_size, prompt);
+        let b = target.backend();
+        let (cur, markov) = match self.subset.take() {
+            Some(s) => {
+                let g = s.head.generation;
+                (Some(s.head), Some((g, s.w2, s.w1)))
+            }
+            None => (None, None),
+        };
+        let lm_head = self.lm_head.as_ref();
+        let head = SubsetRows::refit(cur, v, |ids| match lm_head {
+            Some(w) => b.draft_rows(w, ids),
+            None => target.draft_head_rows(ids),
+        })?;
+        let Some(head) = head else { return Ok(()) };
+        let (w2, w1) = match markov {
+            Some((g, w2, w1)) if g == head.generation => (w2, w1),
+            other => {
+                drop(other);
+                match self.markov_rows(b, head.vocab.ids())? {
+                    Some(m) => m,
+                    None => return Ok(()),
+                }
+            }
+        };
+        self.subset = Some(Subset { head, w2, w1 });
+        Ok(())
+    }
+
     fn draft_vocab_len(&self) -> Option<usize> {
-        self.subset.as_ref().map(|s| s.vocab.len())
+        let s = self.subset.as_ref()?;
+        self.choice.ranked_len(s.head.vocab.vocab_size())
     }
 
     fn truncate(&mut self, len: usize) {

@@ -62,6 +62,7 @@ pub fn generate_with<B: Backend>(
     // a sliding-window cache truncated below what it still holds starts over
     let reuse = cache.len();
     drafter.truncate(reuse);
+    drafter.fit_prompt(target, prompt)?;
 
     drafter.set_count_from_caller(draft_count.is_some());
     let taps = drafter.taps().to_vec();

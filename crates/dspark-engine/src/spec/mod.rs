@@ -154,9 +154,14 @@ pub trait Drafter<B: Backend> {
     ) -> Result<Option<usize>, EngineError> {
         Ok(None)
     }
-    /// How many ids the head scores now (`None`: the whole vocabulary).
+    /// How many ranked ids the head scores, before a prompt's (`None`: the whole vocabulary).
     fn draft_vocab_len(&self) -> Option<usize> {
         None
+    }
+    /// The next generation's prompt: a drafter with a draft vocabulary adds its ids to the
+    /// ranked ones for that generation ([`crate::drafters::draft_vocab`]).
+    fn fit_prompt(&mut self, _target: &Transformer<B>, _prompt: &[u32]) -> Result<(), EngineError> {
+        Ok(())
     }
     /// Rolls the drafter back to `len` committed positions (prefix reuse).
     fn truncate(&mut self, len: usize);
