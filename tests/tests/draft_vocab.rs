@@ -330,3 +330,31 @@ fn the_demo_drafters_stay_exact_over_their_shipped_rankings() {
         assert!(drafted > 100, "{name}: {drafted} drafts");
     }
 }
+
+/// The launcher's size (`--draft-vocab`, settings) reaches the demo's drafters at load: its
+/// own count, the whole vocabulary for 0, the shipped ranking's 16,384 when unset.
+#[test]
+fn the_launch_size_reaches_the_demo_drafters() {
+    use dspark_engine::launch::{finish_pipeline, load_target, LaunchSpec};
+    use dspark_engine::spec::Mode;
+    let b = CandleBackend::cpu();
+    let gguf = dspark_tests::artefact("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let assets = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets/drafters");
+    for (mode, dir) in [
+        (Mode::Dspark, "smollm2-135m-dspark-b7"),
+        (Mode::Dflash, "smollm2-135m-dflash-b8"),
+    ] {
+        for (size, want) in [
+            (DraftVocabSize::Drafter, Some(16384)),
+            (DraftVocabSize::Top(8192), Some(8192)),
+            (DraftVocabSize::Full, None),
+        ] {
+            let mut spec = LaunchSpec::new(&gguf, mode, Some(assets.join(dir)));
+            spec.draft_vocab = size;
+            spec.prefix_cache = None;
+            let lm = load_target(&spec, &b).unwrap();
+            let pipe = finish_pipeline(&spec, &b, lm).unwrap();
+            assert_eq!(pipe.draft_vocab_len(), want, "{dir} {size:?}");
+        }
+    }
+}

@@ -70,10 +70,11 @@ pub struct SpecArgs {
     /// DSpark confidence truncation threshold (default 0 = off).
     #[arg(long)]
     pub confidence_threshold: Option<f32>,
-    /// Ids a DFlash/DSpark drafter's head scores, its most frequent first: its draft
-    /// vocabulary (drafts stay exact; acceptance falls only where the target's token lies
-    /// outside it). 0 = the whole vocabulary. Default: the drafter's config
-    /// (`draft_vocab_size`), else the whole vocabulary. Env: DSPARK_DRAFT_VOCAB.
+    /// Ids a DFlash/DSpark drafter's head scores, its most frequent first, plus each
+    /// request's prompt ids: its draft vocabulary (drafts stay exact; acceptance falls only
+    /// where the target's token lies outside it). 0 = the whole vocabulary. Default: the
+    /// drafter's config (`draft_vocab_size`), else its ranking's `size` (16384 for the demo's),
+    /// else the whole vocabulary. Env: DSPARK_DRAFT_VOCAB.
     #[arg(long)]
     pub draft_vocab: Option<usize>,
 }

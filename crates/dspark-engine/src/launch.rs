@@ -11,7 +11,7 @@ use crate::backend::{Backend, DType};
 pub use crate::drafters::draft_vocab::DraftVocabSize;
 use crate::error::EngineError;
 use crate::load::{load_model, LoadedModel};
-use crate::pipeline::{load_drafter, Pipeline};
+use crate::pipeline::{load_drafter_sized, Pipeline};
 use crate::prefix_cache::PrefixCacheConfig;
 use crate::spec::{policy, Mode};
 use crate::worker::{EngineHandle, Tuning};
@@ -328,12 +328,16 @@ pub fn finish_pipeline<B: LaunchBackend>(
                 path: path.clone(),
                 error,
             };
-            let mut d = load_drafter(b, &b.draft_backend(), mode, path, &lm.model, len)
-                .map_err(load_err)?;
-            if spec.draft_vocab != DraftVocabSize::Drafter {
-                d.set_draft_vocab(&lm.model, spec.draft_vocab)
-                    .map_err(load_err)?;
-            }
+            let d = load_drafter_sized(
+                b,
+                &b.draft_backend(),
+                mode,
+                path,
+                &lm.model,
+                len,
+                spec.draft_vocab,
+            )
+            .map_err(load_err)?;
             Some(d)
         }
     };

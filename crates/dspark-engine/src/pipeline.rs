@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use crate::backend::Backend;
-use crate::drafters::{draft_model::DraftModel, load_dflash, load_dspark};
+use crate::drafters::draft_vocab::DraftVocabSize;
+use crate::drafters::{draft_model::DraftModel, load_dflash_sized, load_dspark_sized};
 use crate::error::EngineError;
 use crate::generate::{baseline, GenParams, GenResult, TokenSink};
 use crate::kv::KvCache;
@@ -38,14 +39,36 @@ pub fn load_drafter<B: Backend>(
     target: &Transformer<B>,
     len: impl Into<DraftLen>,
 ) -> Result<Box<dyn Drafter<B>>, EngineError> {
+    load_drafter_sized(
+        backend,
+        draft_backend,
+        mode,
+        path,
+        target,
+        len,
+        DraftVocabSize::Drafter,
+    )
+}
+
+/// [`load_drafter`] with a DFlash/DSpark drafter's draft-vocabulary size (its rows built once,
+/// for that size; other drafters have none).
+pub fn load_drafter_sized<B: Backend>(
+    backend: &B,
+    draft_backend: &B,
+    mode: Mode,
+    path: &Path,
+    target: &Transformer<B>,
+    len: impl Into<DraftLen>,
+    vocab: DraftVocabSize,
+) -> Result<Box<dyn Drafter<B>>, EngineError> {
     Ok(match mode {
         Mode::Baseline => {
             return Err(EngineError::Invalid(
                 "baseline mode takes no drafter".into(),
             ));
         }
-        Mode::Dspark => Box::new(load_dspark(backend, path, target)?),
-        Mode::Dflash => Box::new(load_dflash(backend, path, target)?),
+        Mode::Dspark => Box::new(load_dspark_sized(backend, path, target, vocab)?),
+        Mode::Dflash => Box::new(load_dflash_sized(backend, path, target, vocab)?),
         Mode::Draft => {
             let ck = open_checkpoint(path)?;
             let m = Transformer::load(draft_backend, ck.cfg, ck.source.as_ref())?;

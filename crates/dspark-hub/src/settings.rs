@@ -44,8 +44,8 @@ pub struct Settings {
     pub matmul: Option<String>,
     pub max_draft: Option<usize>,
     pub confidence_threshold: Option<f32>,
-    /// Ids a DFlash/DSpark drafter's head scores, its most frequent first (0 = the whole
-    /// vocabulary; unset: what the drafter's config says).
+    /// Ids a DFlash/DSpark drafter's head scores, its most frequent first, plus each prompt's
+    /// (0 = the whole vocabulary; unset: what the drafter's config or ranking says).
     pub draft_vocab: Option<usize>,
     /// The prefix cache on or off.
     pub prefix_cache: Option<bool>,

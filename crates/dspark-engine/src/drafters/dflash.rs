@@ -8,7 +8,9 @@ use rand::RngCore;
 
 use crate::backend::{BResult, Backend};
 use crate::constrain::Drafting;
-use crate::drafters::draft_vocab::{DraftVocabSize, SubsetRows, VocabChoice};
+use crate::drafters::draft_vocab::{
+    rows_key, subset_logits, DraftVocabSize, SubsetRows, VocabChoice,
+};
 use crate::error::EngineError;
 use crate::model::kv_injection::KvInjectionNet;
 use crate::model::transformer::Transformer;
@@ -111,35 +113,6 @@ fn draft_logits<B: Backend>(
     match softcap {
         Some(cap) => b.softcap(&logits, cap),
         None => Ok(logits),
-    }
-}
-
-/// A head's logits over a draft vocabulary's rows (the ranked rows', then the prompt's rows'
-/// joined after them), or over the whole head: `head(None)` is the whole head, `head(Some(w))`
-/// those rows.
-pub(crate) fn subset_logits<B: Backend>(
-    b: &B,
-    rows: Option<&SubsetRows<B::Linear>>,
-    head: impl Fn(Option<&B::Linear>) -> BResult<B::Tensor>,
-) -> BResult<B::Tensor> {
-    let Some(r) = rows else { return head(None) };
-    let ranked = head(Some(&r.ranked))?;
-    match &r.prompt {
-        None => Ok(ranked),
-        Some(p) => {
-            let extra = head(Some(p))?;
-            let last = b.dims(&ranked).len() - 1;
-            b.concat(&[&ranked, &extra], last)
-        }
-    }
-}
-
-/// A block step's shape key: the draft count and, under a draft vocabulary, its rows' build
-/// (a captured step reads the rows it was captured with).
-pub(crate) fn rows_key<L>(n: usize, rows: Option<&SubsetRows<L>>) -> Vec<usize> {
-    match rows {
-        None => vec![n],
-        Some(r) => vec![n, r.vocab.len(), r.generation as usize],
     }
 }
 

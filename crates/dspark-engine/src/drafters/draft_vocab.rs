@@ -18,6 +18,7 @@
 
 use std::path::Path;
 
+use crate::backend::{BResult, Backend};
 use crate::error::EngineError;
 use crate::weights::LoadError;
 
@@ -354,6 +355,35 @@ impl<L> SubsetRows<L> {
             prompt,
             generation,
         }))
+    }
+}
+
+/// A head's logits over a draft vocabulary's rows (the ranked rows', then the prompt's rows'
+/// joined after them), or over the whole head: `head(None)` is the whole head, `head(Some(w))`
+/// those rows.
+pub fn subset_logits<B: Backend>(
+    b: &B,
+    rows: Option<&SubsetRows<B::Linear>>,
+    head: impl Fn(Option<&B::Linear>) -> BResult<B::Tensor>,
+) -> BResult<B::Tensor> {
+    let Some(r) = rows else { return head(None) };
+    let ranked = head(Some(&r.ranked))?;
+    match &r.prompt {
+        None => Ok(ranked),
+        Some(p) => {
+            let extra = head(Some(p))?;
+            let last = b.dims(&ranked).len() - 1;
+            b.concat(&[&ranked, &extra], last)
+        }
+    }
+}
+
+/// A block step's shape key: the draft count and, under a draft vocabulary, its rows' build
+/// (a captured step reads the rows it was captured with).
+pub fn rows_key<L>(n: usize, rows: Option<&SubsetRows<L>>) -> Vec<usize> {
+    match rows {
+        None => vec![n],
+        Some(r) => vec![n, r.vocab.len(), r.generation as usize],
     }
 }
 

@@ -16,8 +16,9 @@ use serde_json::Value;
 use crate::backend::{BResult, Backend, DType};
 use crate::constrain::Drafting;
 use crate::drafters::dflash::choose_one;
-use crate::drafters::dflash::{rows_key, subset_logits};
-use crate::drafters::draft_vocab::{DraftVocabSize, SubsetRows, VocabChoice};
+use crate::drafters::draft_vocab::{
+    rows_key, subset_logits, DraftVocabSize, SubsetRows, VocabChoice,
+};
 use crate::error::EngineError;
 use crate::model::gemma::GemmaSpec;
 use crate::model::kv_injection::{DrafterConfig, KvInjectionNet};

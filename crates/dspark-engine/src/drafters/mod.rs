@@ -73,9 +73,19 @@ pub fn load_dflash<B: Backend>(
     dir: &Path,
     target: &Transformer<B>,
 ) -> Result<dflash::DFlash<B>, EngineError> {
+    load_dflash_sized(b, dir, target, DraftVocabSize::Drafter)
+}
+
+/// [`load_dflash`] with its draft vocabulary's size (the rows are built once, for it).
+pub fn load_dflash_sized<B: Backend>(
+    b: &B,
+    dir: &Path,
+    target: &Transformer<B>,
+    size: DraftVocabSize,
+) -> Result<dflash::DFlash<B>, EngineError> {
     let v = read_config(dir)?;
     let src = SafetensorsSource::open_dir(dir, None)?;
-    dflash_from_parts(b, &v, &src, target)
+    dflash_from_parts_sized(b, &v, &src, target, size)
 }
 
 /// A DFlash drafter from a parsed config and a weight source.
@@ -84,6 +94,16 @@ pub fn dflash_from_parts<B: Backend>(
     v: &serde_json::Value,
     src: &dyn WeightSource,
     target: &Transformer<B>,
+) -> Result<dflash::DFlash<B>, EngineError> {
+    dflash_from_parts_sized(b, v, src, target, DraftVocabSize::Drafter)
+}
+
+fn dflash_from_parts_sized<B: Backend>(
+    b: &B,
+    v: &serde_json::Value,
+    src: &dyn WeightSource,
+    target: &Transformer<B>,
+    size: DraftVocabSize,
 ) -> Result<dflash::DFlash<B>, EngineError> {
     let path = src.path().join("config.json");
     if v.get("markov_rank")
@@ -101,7 +121,7 @@ pub fn dflash_from_parts<B: Backend>(
     let net = KvInjectionNet::load(b, src, cfg, target.cfg.hidden_size)?;
     let choice = VocabChoice::read(src.path(), v, target.cfg.vocab_size)?;
     let mut d = dflash::DFlash::new(net).with_vocab_choice(choice);
-    d.set_draft_vocab(target, DraftVocabSize::Drafter)?;
+    d.set_draft_vocab(target, size)?;
     Ok(d)
 }
 
@@ -111,9 +131,19 @@ pub fn load_dspark<B: Backend>(
     dir: &Path,
     target: &Transformer<B>,
 ) -> Result<dspark::DSpark<B>, EngineError> {
+    load_dspark_sized(b, dir, target, DraftVocabSize::Drafter)
+}
+
+/// [`load_dspark`] with its draft vocabulary's size (the rows are built once, for it).
+pub fn load_dspark_sized<B: Backend>(
+    b: &B,
+    dir: &Path,
+    target: &Transformer<B>,
+    size: DraftVocabSize,
+) -> Result<dspark::DSpark<B>, EngineError> {
     let v = read_config(dir)?;
     let src = SafetensorsSource::open_dir(dir, None)?;
-    dspark_from_parts(b, &v, &src, target)
+    dspark_from_parts_sized(b, &v, &src, target, size)
 }
 
 /// A DSpark drafter from a parsed config and a weight source.
@@ -123,11 +153,21 @@ pub fn dspark_from_parts<B: Backend>(
     src: &dyn WeightSource,
     target: &Transformer<B>,
 ) -> Result<dspark::DSpark<B>, EngineError> {
+    dspark_from_parts_sized(b, v, src, target, DraftVocabSize::Drafter)
+}
+
+fn dspark_from_parts_sized<B: Backend>(
+    b: &B,
+    v: &serde_json::Value,
+    src: &dyn WeightSource,
+    target: &Transformer<B>,
+    size: DraftVocabSize,
+) -> Result<dspark::DSpark<B>, EngineError> {
     let path = src.path().join("config.json");
     let cfg = DrafterConfig::from_json(v, &path)?.with_gemma(v, &path)?;
     check_fit(&cfg, target, false)?;
     let choice = VocabChoice::read(src.path(), v, target.cfg.vocab_size)?;
     let mut d = dspark::DSpark::load(b, src, cfg, v, target)?.with_vocab_choice(choice);
-    d.set_draft_vocab(target, DraftVocabSize::Drafter)?;
+    d.set_draft_vocab(target, size)?;
     Ok(d)
 }
