@@ -70,7 +70,16 @@ fn speculation_on_bf16_tiles_equals_the_bf16_baseline() {
             Mode::Draft => b.clone().keep_quantized(true),
             _ => b.clone(),
         };
-        let d = load_drafter(&b, &db, mode, &drafter, &lm.model, max_draft).unwrap();
+        let d = load_drafter(
+            &b,
+            &db,
+            mode,
+            &drafter,
+            &lm.model,
+            max_draft,
+            dspark_engine::drafters::draft_vocab::DraftVocabSize::Drafter,
+        )
+        .unwrap();
         let spec = SpecParams {
             max_draft,
             confidence_threshold: 0.0,

@@ -293,7 +293,7 @@ fn the_demo_drafters_stay_exact_over_their_shipped_rankings() {
             .unwrap()
             .expect("a shipped ranking");
         let subset = choose_ids(Some(&ranking), K, vocab);
-        let mut d = load_drafter(&b, &b, mode, &dir, t, 16).unwrap();
+        let mut d = load_drafter(&b, &b, mode, &dir, t, 16, DraftVocabSize::Drafter).unwrap();
         // the shipped ranking's size is the drafter's default
         assert_eq!(
             d.draft_vocab_len(),

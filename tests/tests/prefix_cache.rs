@@ -33,6 +33,7 @@ fn pipeline(mode: Mode, cache: Option<PrefixCacheConfig>) -> Pipeline<CandleBack
             &fixture(&format!("spec/models/{d}")),
             &lm.model,
             4,
+            dspark_engine::drafters::draft_vocab::DraftVocabSize::Drafter,
         )
         .unwrap()
     });

@@ -23,6 +23,7 @@ fn pipeline(mode: Mode, drafter: &str) -> Pipeline<CandleBackend> {
         &fixture(&format!("spec/models/{drafter}")),
         &lm.model,
         4,
+        dspark_engine::drafters::draft_vocab::DraftVocabSize::Drafter,
     )
     .unwrap();
     // no configured count: the default, chosen round by round

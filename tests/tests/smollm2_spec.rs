@@ -25,6 +25,7 @@ fn draft_model_equals_baseline_on_mtbench() {
         &gguf,
         &lm.model,
         4,
+        dspark_engine::drafters::draft_vocab::DraftVocabSize::Drafter,
     )
     .unwrap();
     let eos = lm.eos_ids();

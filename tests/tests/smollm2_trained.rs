@@ -191,12 +191,17 @@ fn run_case(
     params: &GenParams,
 ) -> Vec<Vec<usize>> {
     let lm = load_model(b, gguf, None).unwrap();
-    let mut drafter =
-        load_drafter(b, b, case.mode, &drafter_dir(case.drafter), &lm.model, 16).unwrap();
     // the evaluator drafts over the whole vocabulary (the shipped draft vocabulary is ours)
-    drafter
-        .set_draft_vocab(&lm.model, DraftVocabSize::Full)
-        .unwrap();
+    let drafter = load_drafter(
+        b,
+        b,
+        case.mode,
+        &drafter_dir(case.drafter),
+        &lm.model,
+        16,
+        DraftVocabSize::Full,
+    )
+    .unwrap();
     let spec = SpecParams {
         max_draft: 16,
         confidence_threshold: 0.0,

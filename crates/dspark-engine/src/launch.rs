@@ -11,7 +11,7 @@ use crate::backend::{Backend, DType};
 pub use crate::drafters::draft_vocab::DraftVocabSize;
 use crate::error::EngineError;
 use crate::load::{load_model, LoadedModel};
-use crate::pipeline::{load_drafter_sized, Pipeline};
+use crate::pipeline::{load_drafter, Pipeline};
 use crate::prefix_cache::PrefixCacheConfig;
 use crate::spec::{policy, Mode};
 use crate::worker::{EngineHandle, Tuning};
@@ -328,7 +328,7 @@ pub fn finish_pipeline<B: LaunchBackend>(
                 path: path.clone(),
                 error,
             };
-            let d = load_drafter_sized(
+            let d = load_drafter(
                 b,
                 &b.draft_backend(),
                 mode,

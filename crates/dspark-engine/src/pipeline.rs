@@ -30,29 +30,9 @@ pub struct Pipeline<B: Backend> {
 }
 
 /// Loads the drafter for `mode` from `path`. draft-model drafters are loaded with
-/// `draft_backend` (e.g. one that keeps GGUF weights quantized).
+/// `draft_backend` (e.g. one that keeps GGUF weights quantized); a DFlash/DSpark drafter's
+/// draft-vocabulary rows are built once, for `vocab` (`DraftVocabSize::Drafter`: its own).
 pub fn load_drafter<B: Backend>(
-    backend: &B,
-    draft_backend: &B,
-    mode: Mode,
-    path: &Path,
-    target: &Transformer<B>,
-    len: impl Into<DraftLen>,
-) -> Result<Box<dyn Drafter<B>>, EngineError> {
-    load_drafter_sized(
-        backend,
-        draft_backend,
-        mode,
-        path,
-        target,
-        len,
-        DraftVocabSize::Drafter,
-    )
-}
-
-/// [`load_drafter`] with a DFlash/DSpark drafter's draft-vocabulary size (its rows built once,
-/// for that size; other drafters have none).
-pub fn load_drafter_sized<B: Backend>(
     backend: &B,
     draft_backend: &B,
     mode: Mode,

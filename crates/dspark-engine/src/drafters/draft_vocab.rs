@@ -146,6 +146,9 @@ pub struct VocabChoice {
     size: DraftVocabSize,
     /// Whether a prompt's ids join the ranked ones ([`prompt_ids_join`] unless set).
     prompt_ids: bool,
+    /// The ranked ids for the size set and the vocabulary they were chosen from, chosen at the
+    /// first [`VocabChoice::pick`] after [`VocabChoice::set_size`], not for every prompt.
+    ranked: std::cell::OnceCell<(usize, Option<Vec<u32>>)>,
 }
 
 impl VocabChoice {
@@ -169,6 +172,7 @@ impl VocabChoice {
             configured: configured.or(default),
             size: DraftVocabSize::Drafter,
             prompt_ids: prompt_ids_join(),
+            ranked: Default::default(),
         })
     }
 
@@ -179,6 +183,7 @@ impl VocabChoice {
             configured,
             size: DraftVocabSize::Drafter,
             prompt_ids: prompt_ids_join(),
+            ranked: Default::default(),
         }
     }
 
@@ -197,29 +202,36 @@ impl VocabChoice {
     /// Sets the size that [`VocabChoice::pick`] resolves.
     pub fn set_size(&mut self, size: DraftVocabSize) {
         self.size = size;
+        self.ranked = Default::default();
+    }
+
+    /// The ranked ids of a `vocab`-id target for the size set (`None`: the whole vocabulary).
+    fn ranked_ids(&self, vocab: usize) -> Option<Vec<u32>> {
+        let choose = || {
+            let k = self.size.resolve(self.configured, vocab)?;
+            Some(choose_ids(self.ranking.as_deref(), k, vocab))
+        };
+        match self.ranked.get_or_init(|| (vocab, choose())) {
+            (v, ids) if *v == vocab => ids.clone(),
+            _ => choose(),
+        }
     }
 
     /// The draft vocabulary of a `vocab`-id target for the size set, with every id of
     /// `prompt` below `vocab` added unless prompt ids are off (`None`: the whole vocabulary).
     pub fn pick(&self, vocab: usize, prompt: &[u32]) -> Option<DraftVocab> {
-        let k = self.size.resolve(self.configured, vocab)?;
-        let mut v = DraftVocab::new(choose_ids(self.ranking.as_deref(), k, vocab), vocab);
+        let mut v = DraftVocab::new(self.ranked_ids(vocab)?, vocab);
         if self.prompt_ids && !prompt.is_empty() {
-            let mut taken = vec![false; vocab];
-            for &id in &v.ids {
-                taken[id as usize] = true;
-            }
-            let mut extra = Vec::new();
-            for &id in prompt {
-                if let Some(t) = taken.get_mut(id as usize).filter(|t| !**t) {
-                    *t = true;
-                    extra.push(id);
-                }
-            }
-            if k + extra.len() >= vocab {
+            let mut extra: Vec<u32> = prompt
+                .iter()
+                .copied()
+                .filter(|&id| (id as usize) < vocab && v.ids.binary_search(&id).is_err())
+                .collect();
+            extra.sort_unstable();
+            extra.dedup();
+            if v.ids.len() + extra.len() >= vocab {
                 return None;
             }
-            extra.sort_unstable();
             v.ids.extend(extra);
         }
         Some(v)
@@ -383,7 +395,7 @@ pub fn subset_logits<B: Backend>(
 pub fn rows_key<L>(n: usize, rows: Option<&SubsetRows<L>>) -> Vec<usize> {
     match rows {
         None => vec![n],
-        Some(r) => vec![n, r.vocab.len(), r.generation as usize],
+        Some(r) => vec![n, r.generation as usize],
     }
 }
 

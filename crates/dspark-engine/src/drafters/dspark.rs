@@ -471,31 +471,21 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
 
     fn fit_prompt(&mut self, target: &Transformer<B>, prompt: &[u32]) -> Result<(), EngineError> {
         let v = self.choice.pick(target.cfg.vocab_size, prompt);
+        if self.subset.as_ref().map(|s| &s.head.vocab) == v.as_ref() {
+            return Ok(());
+        }
+        // the head's ranked rows carry over; the Markov rows follow the new row order
+        let cur = self.subset.take().map(|s| s.head);
         let b = target.backend();
-        let (cur, markov) = match self.subset.take() {
-            Some(s) => {
-                let g = s.head.generation;
-                (Some(s.head), Some((g, s.w2, s.w1)))
-            }
-            None => (None, None),
-        };
         let lm_head = self.lm_head.as_ref();
         let head = SubsetRows::refit(cur, v, |ids| match lm_head {
             Some(w) => b.draft_rows(w, ids),
             None => target.draft_head_rows(ids),
         })?;
         let Some(head) = head else { return Ok(()) };
-        let (w2, w1) = match markov {
-            Some((g, w2, w1)) if g == head.generation => (w2, w1),
-            other => {
-                drop(other);
-                match self.markov_rows(b, head.vocab.ids())? {
-                    Some(m) => m,
-                    None => return Ok(()),
-                }
-            }
-        };
-        self.subset = Some(Subset { head, w2, w1 });
+        if let Some((w2, w1)) = self.markov_rows(b, head.vocab.ids())? {
+            self.subset = Some(Subset { head, w2, w1 });
+        }
         Ok(())
     }
 
