@@ -46,6 +46,7 @@ pub fn verify_cost<B: Backend>(
     for &k in &ks {
         let ids: Vec<u32> = prompt.iter().cycle().take(k).copied().collect();
         let mut times = Vec::with_capacity(reps);
+        let _ = profile::take();
         for r in 0..reps + 2 {
             let t = Instant::now();
             let out = m.forward(&ids, &mut cache, &[], LogitsWanted::All)?;
@@ -68,9 +69,10 @@ pub fn verify_cost<B: Backend>(
             "verify {k:>3} tokens at context {len}: {ms:7.3} ms  (x{:.3} of one decode step)",
             ms / one
         );
+        let ops = per_round_ops(&profile::take(), reps + 2);
         rows.insert(
             k.to_string(),
-            json!({"ms": ms, "ratio_vs_decode_step": ms / one}),
+            json!({"ms": ms, "ratio_vs_decode_step": ms / one, "profile_per_forward_ms": ops}),
         );
     }
     let readback = if b.device_argmax() {
@@ -199,7 +201,7 @@ pub fn oracle_runs<B: Backend>(
     Ok(json!({"drafter": drafter, "block_len": oracle.block_len(), "runs": rows}))
 }
 
-/// Per-op wall ms per round (prefill included) from `DSPARK_PROFILE=1` spans, printed largest
+/// Per-op wall ms per round (prefill included; per forward for the verify cost) from `DSPARK_PROFILE=1` spans, printed largest
 /// first; null when profiling is off.
 fn per_round_ops(ops: &[(&'static str, f64, u64)], rounds: usize) -> Value {
     if ops.is_empty() {

@@ -235,6 +235,12 @@ impl Backend for CandleBackend {
             return y;
         }
         let x = x.contiguous().map_err(err)?;
+        if self.cpu_kernels() && x.dtype() == CDType::F32 && w.dtype() == CDType::F32 {
+            let w = w.contiguous().map_err(err)?;
+            return x
+                .apply_op2_no_bwd(&w, &cpu_ops::RmsNorm { eps })
+                .map_err(err);
+        }
         candle_nn::ops::rms_norm(&x, w, eps).map_err(err)
     }
 
@@ -253,6 +259,19 @@ impl Backend for CandleBackend {
                 let part = |i| sn.get(i).map_err(err);
                 return Ok((part(0)?, part(1)?));
             }
+        }
+        if self.cpu_kernels()
+            && x.dims() == r.dims()
+            && [x.dtype(), r.dtype(), w.dtype()] == [CDType::F32; 3]
+        {
+            let _p = profile::span("add_rms_norm");
+            let contig = |t: &Tensor| t.contiguous().map_err(err);
+            let (x, r, w) = (contig(x)?, contig(r)?, contig(w)?);
+            let sn = x
+                .apply_op3_no_bwd(&r, &w, &cpu_ops::AddRmsNorm { eps })
+                .map_err(err)?;
+            let part = |i| sn.get(i).map_err(err);
+            return Ok((part(0)?, part(1)?));
         }
         let s = self.add(x, r)?;
         let n = self.rms_norm(&s, w, eps)?;

@@ -6,7 +6,9 @@
 //!   `x / (1 + e^(-2z))`, SwiGLU's form with `2z` in place of `x` in the exponent. candle's
 //!   scalar `gelu` (a libm `tanh` per value) took about 35 ns a value on the 2-core Xeon.
 
-use rayon::prelude::*;
+/// Values below which a call runs inline: about 8 us of work on one thread, past a hand-off's
+/// cost (a verify block of 8 rows of the demo's 1536-wide MLP is 12,288).
+const FAN_OUT: usize = 1 << 13;
 
 /// A strided view whose last axis is contiguous: `rows` rows of `len` elements, row `r`
 /// starting at `offset + Σ_d idx_d(r) · strides[d]` over the leading axes.
@@ -101,9 +103,22 @@ unsafe fn gated_mul_avx2<const GELU: bool>(y: &mut [f32], g: &[f32], u: &[f32]) 
     gated_mul::<true, GELU>(y, g, u)
 }
 
+/// The same loop on 16 lanes: each value's operations are those of the AVX2 form (fused
+/// multiply-adds in the same places), so the bits are too; only the width differs.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn gated_mul_avx512<const GELU: bool>(y: &mut [f32], g: &[f32], u: &[f32]) {
+    gated_mul::<true, GELU>(y, g, u)
+}
+
 /// One row with the widest form this CPU runs (the same bits on one machine whatever the row
 /// count).
 fn gated_mul_row<const GELU: bool>(y: &mut [f32], g: &[f32], u: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::avx2_fma() && std::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F, AVX2 and FMA were detected at run time.
+        return unsafe { gated_mul_avx512::<GELU>(y, g, u) };
+    }
     #[cfg(target_arch = "x86_64")]
     if super::avx2_fma() {
         // SAFETY: AVX2 and FMA were detected at run time.
@@ -125,12 +140,23 @@ pub fn glu(gate: Rows<'_>, up: Rows<'_>, gelu: bool) -> Vec<f32> {
             gated_mul_row::<false>(o, gate.row(r), up.row(r))
         }
     };
-    if out.len() < 1 << 16 || !super::contention::fan_out() {
-        out.chunks_mut(gate.len.max(1)).enumerate().for_each(row);
+    let len = gate.len.max(1);
+    let rows = out.len() / len;
+    if out.len() < FAN_OUT || rows < 2 || !super::contention::fan_out() {
+        out.chunks_mut(len).enumerate().for_each(row);
     } else {
-        out.par_chunks_mut(gate.len.max(1))
-            .enumerate()
-            .for_each(row);
+        // one contiguous run of rows per thread of the spinning pool
+        let per = rows.div_ceil(super::pool::threads());
+        let base = super::SendPtr(out.as_mut_ptr());
+        super::pool::run(rows.div_ceil(per), &|c: usize| {
+            let p = base;
+            for r in c * per..((c + 1) * per).min(rows) {
+                // SAFETY: row r's output is out[r*len..(r+1)*len]; runs of rows are disjoint
+                // and `out` outlives the pool job.
+                let o = unsafe { std::slice::from_raw_parts_mut(p.0.add(r * len), len) };
+                row((r, o));
+            }
+        });
     }
     out
 }
@@ -216,5 +242,56 @@ mod tests {
         let z = |x: f64| (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
         let act = |x: f64| x / (1.0 + (-2.0 * z(x)).exp());
         assert_near_f64::<true>(60.0, act, |x| 8.0 + 8.0 * z(x).abs(), 1e-30);
+    }
+
+    /// The AVX-512 form gives the AVX2 form's bits (values spread over the exponent's clamp,
+    /// NaN and infinities included), for SwiGLU and GeGLU; and rows fanned out over the pool
+    /// give the bits of one-row calls.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_and_fanned_out_rows_give_the_same_bits() {
+        if !(super::super::avx2_fma() && std::is_x86_feature_detected!("avx512f")) {
+            return;
+        }
+        let mut seed = 7u64;
+        let mut g: Vec<f32> = (0..4099)
+            .map(|_| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 240.0
+            })
+            .collect();
+        g[5] = f32::NAN;
+        g[6] = f32::INFINITY;
+        g[7] = f32::NEG_INFINITY;
+        let u: Vec<f32> = g.iter().map(|v| 1.0 - v * 0.01).collect();
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        let (mut a, mut b) = (vec![0f32; g.len()], vec![0f32; g.len()]);
+        // SAFETY: AVX-512F, AVX2 and FMA were detected above.
+        unsafe {
+            gated_mul_avx2::<false>(&mut a, &g, &u);
+            gated_mul_avx512::<false>(&mut b, &g, &u);
+        }
+        assert_eq!(bits(&a), bits(&b), "swiglu");
+        unsafe {
+            gated_mul_avx2::<true>(&mut a, &g, &u);
+            gated_mul_avx512::<true>(&mut b, &g, &u);
+        }
+        assert_eq!(bits(&a), bits(&b), "geglu");
+        // 24 rows of 1536 (fanned out) against each row alone
+        let (len, rows) = (1536, 24);
+        let data: Vec<f32> = g.iter().cycle().take(2 * len * rows).copied().collect();
+        let (many, one_row) = ([rows], [1]);
+        let view = |offset, n: &'static str| Rows {
+            data: &data,
+            offset,
+            lead_dims: if n == "all" { &many } else { &one_row },
+            lead_strides: &[2 * 1536],
+            len,
+        };
+        let all = glu(view(0, "all"), view(len, "all"), false);
+        for r in 0..rows {
+            let one = glu(view(2 * len * r, "one"), view(2 * len * r + len, "one"), false);
+            assert_eq!(bits(&one), bits(&all[r * len..(r + 1) * len]), "row {r}");
+        }
     }
 }

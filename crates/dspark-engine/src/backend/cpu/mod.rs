@@ -13,6 +13,7 @@ pub mod bf16_tiles;
 pub mod contention;
 pub mod gemv;
 pub mod glu;
+pub mod norm;
 pub mod ops;
 pub mod pool;
 pub mod qexact;

@@ -8,6 +8,7 @@ use super::attention::{attention, View};
 use super::bf16_tiles::{self, TileSource};
 use super::gemv::{gemv_f32, gemv_narrow};
 use super::glu::{glu, Rows};
+use super::norm::rms_norm_rows;
 use super::qgemv::{qgemv, QPacked};
 use super::rope::rope;
 use crate::backend::{AttnMask, RopeStyle};
@@ -294,5 +295,84 @@ impl CustomOp2 for Glu {
         }
         let out = glu(rows(gs, gl)?, rows(us, ul)?, self.gelu);
         Ok((CpuStorage::F32(out), Shape::from(gl.dims().to_vec())))
+    }
+}
+
+fn contiguous_f32<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]> {
+    let data = match s {
+        CpuStorage::F32(v) => v.as_slice(),
+        _ => return Err(msg(format!("{what}: tensors must be f32"))),
+    };
+    let (a, b) = l
+        .contiguous_offsets()
+        .ok_or_else(|| msg(format!("{what}: not contiguous")))?;
+    Ok(&data[a..b])
+}
+
+/// RMSNorm over the last axis of a contiguous f32 `x` with weight `w` (`norm.rs`: candle's
+/// bits, rows' chains side by side).
+pub struct RmsNorm {
+    pub eps: f32,
+}
+
+impl CustomOp2 for RmsNorm {
+    fn name(&self) -> &'static str {
+        "dspark-rms-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        xs: &CpuStorage,
+        xl: &Layout,
+        ws: &CpuStorage,
+        wl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (x, w) = (contiguous_f32(xs, xl, "rms_norm")?, contiguous_f32(ws, wl, "rms_norm")?);
+        if xl.dims().last() != Some(&w.len()) || w.is_empty() {
+            return Err(msg(format!("rms_norm: x {:?}, w {:?}", xl.dims(), wl.dims())));
+        }
+        let mut out = vec![0f32; x.len()];
+        rms_norm_rows(x, None, w, self.eps, &mut out, None);
+        Ok((CpuStorage::F32(out), Shape::from(xl.dims().to_vec())))
+    }
+}
+
+/// `s = x + a`, then RMSNorm of `s` with weight `w`, in one pass: the output `[2, ..x]` holds
+/// `s` then the norm (each half contiguous).
+pub struct AddRmsNorm {
+    pub eps: f32,
+}
+
+impl CustomOp3 for AddRmsNorm {
+    fn name(&self) -> &'static str {
+        "dspark-add-rms-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        xs: &CpuStorage,
+        xl: &Layout,
+        as_: &CpuStorage,
+        al: &Layout,
+        ws: &CpuStorage,
+        wl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = contiguous_f32(xs, xl, "add_rms_norm")?;
+        let a = contiguous_f32(as_, al, "add_rms_norm")?;
+        let w = contiguous_f32(ws, wl, "add_rms_norm")?;
+        if xl.dims() != al.dims() || xl.dims().last() != Some(&w.len()) || w.is_empty() {
+            return Err(msg(format!(
+                "add_rms_norm: x {:?}, a {:?}, w {:?}",
+                xl.dims(),
+                al.dims(),
+                wl.dims()
+            )));
+        }
+        let mut both = vec![0f32; 2 * x.len()];
+        let (sum, out) = both.split_at_mut(x.len());
+        rms_norm_rows(x, Some(a), w, self.eps, out, Some(sum));
+        let mut dims = vec![2];
+        dims.extend_from_slice(xl.dims());
+        Ok((CpuStorage::F32(both), Shape::from(dims)))
     }
 }

@@ -11,6 +11,29 @@ use crate::backend::RopeStyle;
 /// Rotates `x` at positions `start..start + l`; `cos`/`sin` are `[max_positions, d / 2]`.
 /// Panics if the tables are too short or the last axis is strided (callers check).
 pub fn rope(x: View<'_>, cos: &[f32], sin: &[f32], start: usize, style: RopeStyle) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F was detected.
+        return unsafe { rope_avx512(x, cos, sin, start, style) };
+    }
+    rope_body(x, cos, sin, start, style)
+}
+
+/// [`rope_body`] compiled for AVX-512: the same multiplies and adds on 16 lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn rope_avx512(
+    x: View<'_>,
+    cos: &[f32],
+    sin: &[f32],
+    start: usize,
+    style: RopeStyle,
+) -> Vec<f32> {
+    rope_body(x, cos, sin, start, style)
+}
+
+#[inline(always)]
+fn rope_body(x: View<'_>, cos: &[f32], sin: &[f32], start: usize, style: RopeStyle) -> Vec<f32> {
     let [b, h, l, d] = x.dims;
     let half = d / 2;
     assert!(
@@ -32,9 +55,10 @@ pub fn rope(x: View<'_>, cos: &[f32], sin: &[f32], start: usize, style: RopeStyl
                     RopeStyle::Half => {
                         let (x1, x2) = src.split_at(half);
                         let (d1, d2) = dst.split_at_mut(half);
-                        for i in 0..half {
-                            d1[i] = x1[i] * c[i] - x2[i] * s[i];
-                            d2[i] = x1[i] * s[i] + x2[i] * c[i];
+                        let it = d1.iter_mut().zip(d2.iter_mut()).zip(x1.iter().zip(x2));
+                        for (((o1, o2), (&a, &bb)), (&ci, &si)) in it.zip(c.iter().zip(s)) {
+                            *o1 = a * ci - bb * si;
+                            *o2 = a * si + bb * ci;
                         }
                     }
                     RopeStyle::Interleaved => {
@@ -50,4 +74,57 @@ pub fn rope(x: View<'_>, cos: &[f32], sin: &[f32], start: usize, style: RopeStyl
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Tensor};
+
+    /// Both styles give `candle_nn::rotary_emb`'s bits, on a strided view (heads transposed,
+    /// as the layers pass them) at an offset into the tables.
+    #[test]
+    fn rotations_give_candles_bits() {
+        let (b, h, l, d, max, start) = (1, 3, 5, 64, 40, 7);
+        let mut seed = 9u64;
+        let mut next = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 8.0
+        };
+        let data: Vec<f32> = (0..b * l * h * d).map(|_| next()).collect();
+        let cos: Vec<f32> = (0..max * d / 2).map(|_| next()).collect();
+        let sin: Vec<f32> = (0..max * d / 2).map(|_| next()).collect();
+        // stored [b, l, h, d], viewed as [b, h, l, d]
+        let x = View {
+            data: &data,
+            offset: 0,
+            dims: [b, h, l, d],
+            strides: [l * h * d, d, h * d, 1],
+        };
+        let dev = Device::Cpu;
+        let xt = Tensor::from_slice(&data, (b, l, h, d), &dev)
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap()
+            .contiguous()
+            .unwrap();
+        let table = |v: &[f32]| {
+            Tensor::from_slice(v, (max, d / 2), &dev)
+                .unwrap()
+                .narrow(0, start, l)
+                .unwrap()
+        };
+        let (ct, st) = (table(&cos), table(&sin));
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        for style in [RopeStyle::Half, RopeStyle::Interleaved] {
+            let got = rope(x, &cos, &sin, start, style);
+            let want = match style {
+                RopeStyle::Half => candle_nn::rotary_emb::rope(&xt, &ct, &st),
+                RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&xt, &ct, &st),
+            }
+            .unwrap();
+            let want: Vec<f32> = want.flatten_all().unwrap().to_vec1().unwrap();
+            assert_eq!(bits(&got), bits(&want), "{style:?}");
+        }
+    }
 }
