@@ -415,6 +415,10 @@ impl Backend for CandleBackend {
                 .map_err(err);
         }
         if self.cpu_device_argmax && !self.device.is_cuda() {
+            if x.dtype() == CDType::F32 {
+                let x = x.contiguous().map_err(err)?;
+                return x.apply_op1_no_bwd(&cpu_ops::ArgmaxRows).map_err(err);
+            }
             let dims = x.dims().to_vec();
             let n = *dims.last().unwrap_or(&1);
             let rows = x

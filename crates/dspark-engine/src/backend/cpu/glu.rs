@@ -256,7 +256,9 @@ mod tests {
         let mut seed = 7u64;
         let mut g: Vec<f32> = (0..4099)
             .map(|_| {
-                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 240.0
             })
             .collect();
@@ -290,7 +292,11 @@ mod tests {
         };
         let all = glu(view(0, "all"), view(len, "all"), false);
         for r in 0..rows {
-            let one = glu(view(2 * len * r, "one"), view(2 * len * r + len, "one"), false);
+            let one = glu(
+                view(2 * len * r, "one"),
+                view(2 * len * r + len, "one"),
+                false,
+            );
             assert_eq!(bits(&one), bits(&all[r * len..(r + 1) * len]), "row {r}");
         }
     }

@@ -24,7 +24,10 @@ pub fn rms_norm_rows(
     sum: Option<&mut [f32]>,
 ) {
     let d = w.len();
-    assert!(d > 0 && x.len().is_multiple_of(d), "rms_norm: rows do not fit");
+    assert!(
+        d > 0 && x.len().is_multiple_of(d),
+        "rms_norm: rows do not fit"
+    );
     assert_eq!(out.len(), x.len(), "rms_norm: out length");
     if let Some(a) = add {
         assert_eq!(a.len(), x.len(), "rms_norm: add length");
@@ -73,7 +76,11 @@ fn rows_body<const AVX512: bool>(
         // the rows to normalize: x itself, or x + add written into `sum`
         let src: &[f32] = match (add, sum.as_deref_mut()) {
             (Some(a), Some(s)) => {
-                for ((o, &p), &q) in s[span.clone()].iter_mut().zip(&x[span.clone()]).zip(&a[span.clone()]) {
+                for ((o, &p), &q) in s[span.clone()]
+                    .iter_mut()
+                    .zip(&x[span.clone()])
+                    .zip(&a[span.clone()])
+                {
                     *o = p + q;
                 }
                 &s[span.clone()]
@@ -83,7 +90,11 @@ fn rows_body<const AVX512: bool>(
         };
         let mut acc = [0f32; GROUP];
         sums::<AVX512>(src, d, g, &mut acc);
-        for (r, (row, o)) in src.chunks_exact(d).zip(out[span].chunks_exact_mut(d)).enumerate() {
+        for (r, (row, o)) in src
+            .chunks_exact(d)
+            .zip(out[span].chunks_exact_mut(d))
+            .enumerate()
+        {
             let m = (acc[r] / d as f32 + eps).sqrt();
             for ((o, &v), &wj) in o.iter_mut().zip(row).zip(w) {
                 *o = v / m * wj;

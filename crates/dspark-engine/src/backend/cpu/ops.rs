@@ -327,9 +327,16 @@ impl CustomOp2 for RmsNorm {
         ws: &CpuStorage,
         wl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (x, w) = (contiguous_f32(xs, xl, "rms_norm")?, contiguous_f32(ws, wl, "rms_norm")?);
+        let (x, w) = (
+            contiguous_f32(xs, xl, "rms_norm")?,
+            contiguous_f32(ws, wl, "rms_norm")?,
+        );
         if xl.dims().last() != Some(&w.len()) || w.is_empty() {
-            return Err(msg(format!("rms_norm: x {:?}, w {:?}", xl.dims(), wl.dims())));
+            return Err(msg(format!(
+                "rms_norm: x {:?}, w {:?}",
+                xl.dims(),
+                wl.dims()
+            )));
         }
         let mut out = vec![0f32; x.len()];
         rms_norm_rows(x, None, w, self.eps, &mut out, None);
@@ -374,5 +381,28 @@ impl CustomOp3 for AddRmsNorm {
         let mut dims = vec![2];
         dims.extend_from_slice(xl.dims());
         Ok((CpuStorage::F32(both), Shape::from(dims)))
+    }
+}
+
+/// Each row's argmax over the last axis of a contiguous f32 tensor, read in place
+/// (`sampling::argmax`'s rule), as u32 ids of the leading shape.
+pub struct ArgmaxRows;
+
+impl CustomOp1 for ArgmaxRows {
+    fn name(&self) -> &'static str {
+        "dspark-argmax-rows"
+    }
+
+    fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout) -> Result<(CpuStorage, Shape)> {
+        let x = contiguous_f32(xs, xl, "argmax")?;
+        let (&n, lead) = xl
+            .dims()
+            .split_last()
+            .ok_or_else(|| msg("argmax: scalar"))?;
+        if n == 0 {
+            return Err(msg("argmax: empty rows"));
+        }
+        let ids: Vec<u32> = x.chunks_exact(n).map(crate::sampling::argmax).collect();
+        Ok((CpuStorage::U32(ids), Shape::from(lead.to_vec())))
     }
 }

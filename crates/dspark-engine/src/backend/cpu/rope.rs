@@ -88,7 +88,9 @@ mod tests {
         let (b, h, l, d, max, start) = (1, 3, 5, 64, 40, 7);
         let mut seed = 9u64;
         let mut next = || {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 8.0
         };
         let data: Vec<f32> = (0..b * l * h * d).map(|_| next()).collect();
