@@ -34,6 +34,14 @@ const EXPLORE_EVERY: u64 = 8;
 /// during warm-up, would never be refreshed once drafting looked better (a slow warm-up
 /// step then kept a draft model drafting at 0.82x of its baseline).
 const PLAIN_EVERY: u64 = 3;
+/// Where the best count promises at least this much more than a plain step (tokens per
+/// second), plain steps are re-timed only every [`PLAIN_EVERY_CLEAR`] explorations: each
+/// re-timing is a run of [`PLAIN_RUN`] steps that commit one token each, about 11% of the
+/// rounds at [`PLAIN_EVERY`] (measured on the demo's CPU: 66 of 521 rounds, where a round with
+/// drafts gave 2.4 tokens). A plain-step estimate 25% too high would still be corrected within
+/// [`EXPLORE_EVERY`] x [`PLAIN_EVERY_CLEAR`] rounds.
+const CLEAR_LEAD: f64 = 0.25;
+const PLAIN_EVERY_CLEAR: u64 = 9;
 /// A count with drafts must promise this much more than a plain step's tokens per second to
 /// be chosen over it: within the estimates' noise, plain steps cost the machine less.
 const DRAFT_MARGIN: f64 = 0.05;
@@ -156,11 +164,16 @@ impl DraftBudget {
         if (1..PLAIN_RUN).contains(&self.plain_streak) && !self.costs_known() {
             return 0;
         }
-        let best = self.best(cap);
+        let (best, lead) = self.best_and_lead(cap);
         let exploration = self.rounds / EXPLORE_EVERY;
+        let plain_every = if lead >= 1.0 + CLEAR_LEAD {
+            PLAIN_EVERY_CLEAR
+        } else {
+            PLAIN_EVERY
+        };
         if !self.rounds.is_multiple_of(EXPLORE_EVERY) {
             best
-        } else if best >= 2 && exploration.is_multiple_of(PLAIN_EVERY) && !self.costs_known() {
+        } else if best >= 2 && exploration.is_multiple_of(plain_every) && !self.costs_known() {
             0
         } else if exploration % 2 == 1 || best == 0 {
             (best + 1).min(cap)
@@ -270,6 +283,12 @@ impl DraftBudget {
     /// The draft count with the most expected tokens per second of round time; 0 unless a
     /// count with drafts beats it by [`DRAFT_MARGIN`].
     fn best(&self, cap: usize) -> usize {
+        self.best_and_lead(cap).0
+    }
+
+    /// [`DraftBudget::best`], and how many times a plain step's tokens per second the best
+    /// count with drafts promises (1 where either is unknown).
+    fn best_and_lead(&self, cap: usize) -> (usize, f64) {
         let mut best = (cap, f64::MIN);
         let mut plain = f64::MIN;
         // expected_tokens(k), built up as k grows (the same sums in the same order)
@@ -277,7 +296,7 @@ impl DraftBudget {
         let mut rates = self.rates();
         for k in 0..=cap {
             let Some(c) = self.round_cost(k) else {
-                return cap;
+                return (cap, 1.0);
             };
             if k > 0 {
                 run *= rates.next().expect("cap is within the block");
@@ -290,10 +309,11 @@ impl DraftBudget {
                 best = (k, score);
             }
         }
+        let lead = if plain > 0.0 { best.1 / plain } else { 1.0 };
         if best.1 > plain * (1.0 + DRAFT_MARGIN) {
-            best.0
+            (best.0, lead)
         } else {
-            0
+            (0, lead)
         }
     }
 }
@@ -421,7 +441,7 @@ mod tests {
         // where drafting wins, the periodic plain re-measurements are runs of PLAIN_RUN
         let mut b = DraftBudget::with_synthetic_cost(8, |k| if k == 0 { 1.0 } else { 1.2 });
         let mut ks = vec![];
-        for _ in 0..400 {
+        for _ in 0..800 {
             let k = b.choose(8);
             ks.push(k);
             b.observe(k, k, 1.0);
@@ -435,6 +455,27 @@ mod tests {
         }
         assert!(runs.len() >= 5, "{ks:?}");
         assert!(runs.iter().all(|&r| r == PLAIN_RUN as usize), "{runs:?}");
+    }
+
+    #[test]
+    fn a_clear_lead_re_times_plain_steps_less_often() {
+        // every round costs 1.2 plain steps, whatever its drafts. Acceptance 1.0: 9 tokens a
+        // round (lead 7.5), plain runs PLAIN_EVERY_CLEAR explorations apart; acceptance 0.3:
+        // about 1.43 tokens (lead 1.19 < 1.25), PLAIN_EVERY apart. The full block is the best
+        // count in both.
+        for (p, every) in [(1.0, PLAIN_EVERY_CLEAR), (0.3, PLAIN_EVERY)] {
+            let mut b = DraftBudget::with_synthetic_cost(8, |k| if k == 0 { 1.0 } else { 1.2 });
+            drive(&mut b, 3000, &[p; 8], |_| 1.0);
+            let n = b.rounds_by_count()[0] as usize;
+            assert_eq!(b.best(8), 8, "p {p}");
+            // each re-timing is a run of PLAIN_RUN plain steps
+            let want = 3000 / (EXPLORE_EVERY * every) as usize * PLAIN_RUN as usize;
+            assert!(
+                n + 8 >= want && n <= want + 8,
+                "p {p}: {n} plain steps, want about {want}: {:?}",
+                b.rounds_by_count()
+            );
+        }
     }
 
     #[test]
