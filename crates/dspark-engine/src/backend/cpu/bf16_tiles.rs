@@ -121,6 +121,25 @@ struct Rows {
 }
 
 fn round_rows(x: &[f32], m: usize, k: usize, chunks: usize, into: &mut Rows) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw") {
+        // SAFETY: AVX-512F and BW were detected.
+        return unsafe { round_rows_avx512(x, m, k, chunks, into) };
+    }
+    round_rows_body(x, m, k, chunks, into)
+}
+
+/// [`round_rows_body`] compiled for AVX-512: `to_bf16` on 16 lanes (integer adds, shifts and
+/// a select; the same bits). Built for the base x86-64 level, the loop ran about 1 ns a value,
+/// which every verify row paid in every call (0.1 ms a row a step on the demo).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn round_rows_avx512(x: &[f32], m: usize, k: usize, chunks: usize, into: &mut Rows) {
+    round_rows_body(x, m, k, chunks, into)
+}
+
+#[inline(always)]
+fn round_rows_body(x: &[f32], m: usize, k: usize, chunks: usize, into: &mut Rows) {
     into.stride = chunks * KC;
     // every value below is written, so the buffer is only grown, not cleared
     into.bits

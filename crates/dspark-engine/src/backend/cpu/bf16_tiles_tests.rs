@@ -19,6 +19,48 @@ fn reference(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f64> {
     y
 }
 
+/// The rows' rounding (vectorized where the CPU has AVX-512) gives `half`'s bits for every
+/// value, specials and subnormals included, and zeros past `k`.
+#[test]
+fn rounded_rows_are_halfs() {
+    let mut seed = 5u64;
+    let (m, k) = (3usize, 77usize);
+    let chunks = k.div_ceil(KC);
+    let mut x = rand_vec(m * k, &mut seed);
+    let specials = [
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        1e-40,
+        -3e-39,
+    ];
+    for (i, v) in specials.iter().enumerate() {
+        x[7 * i + 1] = *v;
+    }
+    x[100] = f32::from_bits(0x7f80_0001); // a signalling NaN's payload
+    x[101] = 1.0 + 1.0 / 256.0; // a tie, to even
+    let mut rows = Rows {
+        bits: vec![0xffff; 8],
+        start: 0,
+        stride: 0,
+    };
+    round_rows(&x, m, k, chunks, &mut rows);
+    for r in 0..m {
+        let row = &rows.bits[rows.start + r * rows.stride..][..rows.stride];
+        for (i, b) in row.iter().enumerate() {
+            let want = if i < k {
+                half::bf16::from_f32(x[r * k + i]).to_bits()
+            } else {
+                0
+            };
+            assert_eq!(*b, want, "row {r} value {i}");
+        }
+    }
+}
+
 #[test]
 fn activation_rounding_is_halfs() {
     let mut seed = 1u64;
