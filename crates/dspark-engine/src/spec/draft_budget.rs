@@ -282,11 +282,12 @@ impl DraftBudget {
 
     /// The draft count with the most expected tokens per second of round time; 0 unless a
     /// count with drafts beats it by [`DRAFT_MARGIN`].
+    #[cfg(test)]
     fn best(&self, cap: usize) -> usize {
         self.best_and_lead(cap).0
     }
 
-    /// [`DraftBudget::best`], and how many times a plain step's tokens per second the best
+    /// The best count (`DraftBudget::best`), and how many times a plain step's tokens per second the best
     /// count with drafts promises (1 where either is unknown).
     fn best_and_lead(&self, cap: usize) -> (usize, f64) {
         let mut best = (cap, f64::MIN);
