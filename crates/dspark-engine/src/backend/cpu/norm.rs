@@ -147,15 +147,10 @@ mod tests {
     use super::*;
     use candle_core::{Device, Tensor};
 
+    /// Values in [-3, 3).
     fn rand_vec(n: usize, seed: &mut u64) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                *seed = seed
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((*seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 6.0
-            })
-            .collect()
+        let v = crate::backend::cpu::qpack::testing::rand_vec(n, seed);
+        v.into_iter().map(|x| x * 6.0).collect()
     }
 
     /// Every row count from 1 to 40 (groups of 16, a partial last group), several widths: the
