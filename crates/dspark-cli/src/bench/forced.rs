@@ -201,8 +201,8 @@ pub fn oracle_runs<B: Backend>(
     Ok(json!({"drafter": drafter, "block_len": oracle.block_len(), "runs": rows}))
 }
 
-/// Per-op wall ms per round (prefill included; per forward for the verify cost) from `DSPARK_PROFILE=1` spans, printed largest
-/// first; null when profiling is off.
+/// Per-op wall ms per round (prefill included; per forward for the verify cost) from
+/// `DSPARK_PROFILE=1` spans, printed largest first; null when profiling is off.
 fn per_round_ops(ops: &[(&'static str, f64, u64)], rounds: usize) -> Value {
     if ops.is_empty() {
         return Value::Null;

@@ -119,26 +119,13 @@ pub fn attention(
     };
     let tasks = b * hq * lq;
     // a decode step over a short context is cheaper than a thread hand-off
-    if tasks * lk * d < 1 << 16 || !super::contention::fan_out() {
+    let fan_out = tasks * lk * d >= 1 << 16 && super::contention::fan_out();
+    super::row_runs(&mut out, d, fan_out, |t0, o| {
         let mut scores = Vec::with_capacity(lk);
-        for (t, o) in out.chunks_mut(d).enumerate() {
-            row(t, o, &mut scores);
+        for (i, o) in o.chunks_mut(d).enumerate() {
+            row(t0 + i, o, &mut scores);
         }
-    } else {
-        // one contiguous run of rows per thread, each with its own score buffer
-        let per = tasks.div_ceil(super::pool::threads());
-        let base = super::SendPtr(out.as_mut_ptr());
-        super::pool::run(tasks.div_ceil(per), &|c: usize| {
-            let p = base;
-            let mut scores = Vec::with_capacity(lk);
-            for t in c * per..((c + 1) * per).min(tasks) {
-                // SAFETY: row t's output is out[t*d..(t+1)*d]; chunks of rows are disjoint
-                // and `out` outlives the pool job.
-                let o = unsafe { std::slice::from_raw_parts_mut(p.0.add(t * d), d) };
-                row(t, o, &mut scores);
-            }
-        });
-    }
+    });
     Ok(out)
 }
 

@@ -141,23 +141,12 @@ pub fn glu(gate: Rows<'_>, up: Rows<'_>, gelu: bool) -> Vec<f32> {
         }
     };
     let len = gate.len.max(1);
-    let rows = out.len() / len;
-    if out.len() < FAN_OUT || rows < 2 || !super::contention::fan_out() {
-        out.chunks_mut(len).enumerate().for_each(row);
-    } else {
-        // one contiguous run of rows per thread of the spinning pool
-        let per = rows.div_ceil(super::pool::threads());
-        let base = super::SendPtr(out.as_mut_ptr());
-        super::pool::run(rows.div_ceil(per), &|c: usize| {
-            let p = base;
-            for r in c * per..((c + 1) * per).min(rows) {
-                // SAFETY: row r's output is out[r*len..(r+1)*len]; runs of rows are disjoint
-                // and `out` outlives the pool job.
-                let o = unsafe { std::slice::from_raw_parts_mut(p.0.add(r * len), len) };
-                row((r, o));
-            }
-        });
-    }
+    let fan_out = out.len() >= FAN_OUT && super::contention::fan_out();
+    super::row_runs(&mut out, len, fan_out, |r0, o| {
+        o.chunks_mut(len)
+            .enumerate()
+            .for_each(|(i, o)| row((r0 + i, o)))
+    });
     out
 }
 
@@ -282,22 +271,21 @@ mod tests {
         // 24 rows of 1536 (fanned out) against each row alone
         let (len, rows) = (1536, 24);
         let data: Vec<f32> = g.iter().cycle().take(2 * len * rows).copied().collect();
-        let (many, one_row) = ([rows], [1]);
-        let view = |offset, n: &'static str| Rows {
-            data: &data,
-            offset,
-            lead_dims: if n == "all" { &many } else { &one_row },
-            lead_strides: &[2 * 1536],
-            len,
-        };
-        let all = glu(view(0, "all"), view(len, "all"), false);
+        fn view<'a>(data: &'a [f32], offset: usize, lead: &'a [usize]) -> Rows<'a> {
+            Rows {
+                data,
+                offset,
+                lead_dims: lead,
+                lead_strides: &[2 * 1536],
+                len: 1536,
+            }
+        }
+        let (many, one) = ([rows], [1]);
+        let all = glu(view(&data, 0, &many), view(&data, len, &many), false);
         for r in 0..rows {
-            let one = glu(
-                view(2 * len * r, "one"),
-                view(2 * len * r + len, "one"),
-                false,
-            );
-            assert_eq!(bits(&one), bits(&all[r * len..(r + 1) * len]), "row {r}");
+            let at = 2 * len * r;
+            let alone = glu(view(&data, at, &one), view(&data, at + len, &one), false);
+            assert_eq!(bits(&alone), bits(&all[r * len..(r + 1) * len]), "row {r}");
         }
     }
 }

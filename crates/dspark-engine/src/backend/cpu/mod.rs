@@ -131,7 +131,8 @@ impl Columns {
 
 #[derive(Clone, Copy)]
 pub(crate) struct SendPtr(pub(crate) *mut f32);
-// SAFETY: only dereferenced through `Columns::set`, whose windows are disjoint.
+// SAFETY: only dereferenced through `Columns::set`, whose windows are disjoint, and by
+// `row_runs` over disjoint runs of rows.
 unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
 
@@ -169,6 +170,32 @@ pub(crate) fn column_tasks(y: &mut [f32], n: usize, work: usize, task: impl Fn(&
         })
     };
     pool::run(n.div_ceil(per_task), &run);
+}
+
+/// Runs `run(first_row, rows)` over `out` (rows of `len` values): inline on the whole buffer
+/// unless `fan_out`, else one contiguous run of rows per thread of the spinning [`pool`], so
+/// that each thread keeps one scratch buffer and reads its inputs in order.
+pub(crate) fn row_runs(
+    out: &mut [f32],
+    len: usize,
+    fan_out: bool,
+    run: impl Fn(usize, &mut [f32]) + Sync,
+) {
+    let len = len.max(1);
+    let rows = out.len() / len;
+    if !fan_out || rows < 2 {
+        return run(0, out);
+    }
+    let per = rows.div_ceil(pool::threads());
+    let base = SendPtr(out.as_mut_ptr());
+    pool::run(rows.div_ceil(per), &|c: usize| {
+        let p = base;
+        let (r0, r1) = (c * per, ((c + 1) * per).min(rows));
+        // SAFETY: rows r0..r1 are out[r0*len..r1*len]; the runs of rows are disjoint and
+        // `out` outlives the pool job.
+        let o = unsafe { std::slice::from_raw_parts_mut(p.0.add(r0 * len), (r1 - r0) * len) };
+        run(r0, o)
+    });
 }
 
 /// On-CPU nanoseconds of this thread, unaffected by time spent descheduled (Linux; for the

@@ -13,15 +13,15 @@
 /// Rows whose sums advance together.
 const GROUP: usize = 16;
 
-/// `x` is `rows` contiguous rows of `w.len()` values; `out` gets their norms. With `add`, each
-/// row is first `x + add` (same shape), and `sum` gets that row (the residual stream).
+/// `x` is `rows` contiguous rows of `w.len()` values; `out` gets their norms. With
+/// `add = (a, sum)`, each row is first `x + a` (same shape), written to `sum` (the residual
+/// stream), and that is what is normalized.
 pub fn rms_norm_rows(
     x: &[f32],
-    add: Option<&[f32]>,
+    add: Option<(&[f32], &mut [f32])>,
     w: &[f32],
     eps: f32,
     out: &mut [f32],
-    sum: Option<&mut [f32]>,
 ) {
     let d = w.len();
     assert!(
@@ -29,19 +29,19 @@ pub fn rms_norm_rows(
         "rms_norm: rows do not fit"
     );
     assert_eq!(out.len(), x.len(), "rms_norm: out length");
-    if let Some(a) = add {
-        assert_eq!(a.len(), x.len(), "rms_norm: add length");
-    }
-    if let Some(s) = sum.as_deref() {
-        assert_eq!(s.len(), x.len(), "rms_norm: sum length");
+    if let Some((a, s)) = &add {
+        assert!(
+            a.len() == x.len() && s.len() == x.len(),
+            "rms_norm: add lengths"
+        );
     }
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx512f") {
         // SAFETY: AVX-512F was detected; the lengths were checked above.
-        unsafe { rows_avx512(x, add, w, eps, out, sum) };
+        unsafe { rows_avx512(x, add, w, eps, out) };
         return;
     }
-    rows_body::<false>(x, add, w, eps, out, sum)
+    rows_body::<false>(x, add, w, eps, out)
 }
 
 /// [`rows_body`] compiled for AVX-512 (its element loops on 16 lanes; the same operations).
@@ -49,23 +49,21 @@ pub fn rms_norm_rows(
 #[target_feature(enable = "avx512f")]
 unsafe fn rows_avx512(
     x: &[f32],
-    add: Option<&[f32]>,
+    add: Option<(&[f32], &mut [f32])>,
     w: &[f32],
     eps: f32,
     out: &mut [f32],
-    sum: Option<&mut [f32]>,
 ) {
-    rows_body::<true>(x, add, w, eps, out, sum)
+    rows_body::<true>(x, add, w, eps, out)
 }
 
 #[inline(always)]
 fn rows_body<const AVX512: bool>(
     x: &[f32],
-    add: Option<&[f32]>,
+    mut add: Option<(&[f32], &mut [f32])>,
     w: &[f32],
     eps: f32,
     out: &mut [f32],
-    mut sum: Option<&mut [f32]>,
 ) {
     let d = w.len();
     let rows = x.len() / d;
@@ -73,20 +71,16 @@ fn rows_body<const AVX512: bool>(
     while r0 < rows {
         let g = (rows - r0).min(GROUP);
         let span = r0 * d..(r0 + g) * d;
-        // the rows to normalize: x itself, or x + add written into `sum`
-        let src: &[f32] = match (add, sum.as_deref_mut()) {
-            (Some(a), Some(s)) => {
-                for ((o, &p), &q) in s[span.clone()]
-                    .iter_mut()
-                    .zip(&x[span.clone()])
-                    .zip(&a[span.clone()])
-                {
+        // the rows to normalize: x itself, or x + a written into `sum`
+        let src: &[f32] = match &mut add {
+            Some((a, sum)) => {
+                let s = &mut sum[span.clone()];
+                for ((o, &p), &q) in s.iter_mut().zip(&x[span.clone()]).zip(&a[span.clone()]) {
                     *o = p + q;
                 }
-                &s[span.clone()]
+                s
             }
-            (Some(_), None) => panic!("rms_norm: an add needs a sum buffer"),
-            (None, _) => &x[span.clone()],
+            None => &x[span.clone()],
         };
         let mut acc = [0f32; GROUP];
         sums::<AVX512>(src, d, g, &mut acc);
@@ -171,12 +165,12 @@ mod tests {
                     y.flatten_all().unwrap().to_vec1().unwrap()
                 };
                 let mut out = vec![0f32; rows * d];
-                rms_norm_rows(&x, None, &w, eps, &mut out, None);
+                rms_norm_rows(&x, None, &w, eps, &mut out);
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&out), bits(&want(&x)), "d {d} rows {rows}");
                 let s: Vec<f32> = x.iter().zip(&a).map(|(p, q)| p + q).collect();
                 let mut sum = vec![0f32; rows * d];
-                rms_norm_rows(&x, Some(&a), &w, eps, &mut out, Some(&mut sum));
+                rms_norm_rows(&x, Some((&a, &mut sum)), &w, eps, &mut out);
                 assert_eq!(bits(&sum), bits(&s), "sum d {d} rows {rows}");
                 assert_eq!(bits(&out), bits(&want(&s)), "add d {d} rows {rows}");
             }
@@ -192,10 +186,10 @@ mod tests {
         let x = rand_vec(rows * d, &mut seed);
         let w = rand_vec(d, &mut seed);
         let mut all = vec![0f32; rows * d];
-        rms_norm_rows(&x, None, &w, 1e-6, &mut all, None);
+        rms_norm_rows(&x, None, &w, 1e-6, &mut all);
         for r in 0..rows {
             let mut one = vec![0f32; d];
-            rms_norm_rows(&x[r * d..(r + 1) * d], None, &w, 1e-6, &mut one, None);
+            rms_norm_rows(&x[r * d..(r + 1) * d], None, &w, 1e-6, &mut one);
             assert_eq!(one, all[r * d..(r + 1) * d].to_vec(), "row {r}");
         }
     }
@@ -209,7 +203,7 @@ mod tests {
         x[d + 4] = f32::INFINITY;
         let w = vec![1.0f32; d];
         let mut out = vec![0f32; 3 * d];
-        rms_norm_rows(&x, None, &w, 1e-6, &mut out, None);
+        rms_norm_rows(&x, None, &w, 1e-6, &mut out);
         let xt = Tensor::from_slice(&x, (3, d), &Device::Cpu).unwrap();
         let wt = Tensor::from_slice(&w, d, &Device::Cpu).unwrap();
         let want: Vec<f32> = candle_nn::ops::rms_norm(&xt, &wt, 1e-6)
@@ -236,7 +230,7 @@ mod tests {
             let reps = 20000;
             let t0 = std::time::Instant::now();
             for _ in 0..reps {
-                rms_norm_rows(&x, Some(&a), &w, 1e-5, &mut out, Some(&mut sum));
+                rms_norm_rows(&x, Some((&a, &mut sum)), &w, 1e-5, &mut out);
             }
             let ours = t0.elapsed().as_nanos() as f64 / reps as f64;
             let xt = Tensor::from_slice(&x, (rows, d), &Device::Cpu).unwrap();

@@ -339,7 +339,7 @@ impl CustomOp2 for RmsNorm {
             )));
         }
         let mut out = vec![0f32; x.len()];
-        rms_norm_rows(x, None, w, self.eps, &mut out, None);
+        rms_norm_rows(x, None, w, self.eps, &mut out);
         Ok((CpuStorage::F32(out), Shape::from(xl.dims().to_vec())))
     }
 }
@@ -377,7 +377,7 @@ impl CustomOp3 for AddRmsNorm {
         }
         let mut both = vec![0f32; 2 * x.len()];
         let (sum, out) = both.split_at_mut(x.len());
-        rms_norm_rows(x, Some(a), w, self.eps, out, Some(sum));
+        rms_norm_rows(x, Some((a, sum)), w, self.eps, out);
         let mut dims = vec![2];
         dims.extend_from_slice(xl.dims());
         Ok((CpuStorage::F32(both), Shape::from(dims)))
