@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Two dspark binaries side by side on the demo's trained drafters: for each held-out set, mode
-# and matmul arithmetic, binary A then binary B (each spec run against its own baseline of the
-# same prompts), REPS times, so that a noisy host shows as spread rather than as a difference.
-# Writes one JSON per run under $OUT_DIR and the summary $SUMMARY of every run there.
+# Two dspark binaries (or two drafters) side by side on the demo's trained drafters: for each
+# held-out set, mode and matmul arithmetic, side A then side B (each spec run against its own
+# baseline of the same prompts), REPS times, so that a noisy host shows as spread rather than as
+# a difference. Writes one JSON per run under $OUT_DIR and the summary $SUMMARY of every run there.
 #   scripts/bench/cpu_ab.sh BIN_A LABEL_A BIN_B LABEL_B [PROMPTS] [REPS]
 #   env: SETS ("humaneval mtbench"), MODES ("dspark dflash"), MATMULS ("bf16 f32"),
-#        OUT_DIR (target/bench-cpu-ab), SUMMARY (bench-results/cpu-ab.json), ABOUT (a sentence)
+#        OUT_DIR (target/bench-cpu-ab), SUMMARY (bench-results/cpu-ab.json), ABOUT (a sentence),
+#        DRAFTERS ("DIR_A DIR_B": each side's --drafter, for two drafters on one binary)
 set -Eeuo pipefail
 trap 'echo "cpu_ab.sh: FAILED (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/../.."
@@ -19,6 +20,7 @@ SUMMARY=${SUMMARY:-bench-results/cpu-ab.json}
 SETS=${SETS:-humaneval mtbench}
 MODES=${MODES:-dspark dflash}
 MATMULS=${MATMULS:-bf16 f32}
+read -r -a DRAFTER_DIRS <<<"${DRAFTERS:-}"
 mkdir -p "$OUT_DIR"
 for rep in $(seq 1 "$REPS"); do
     for set in $SETS; do
@@ -27,7 +29,9 @@ for rep in $(seq 1 "$REPS"); do
                 for i in 0 1; do
                     out="$OUT_DIR/${LABELS[$i]}-$set-$mode-$mm-r$rep.json"
                     echo "== rep $rep $set $mode matmul $mm: ${LABELS[$i]}"
-                    "${BINS[$i]}" bench --model demo --matmul "$mm" --mode "$mode" \
+                    drafter=()
+                    [ -z "${DRAFTER_DIRS[$i]:-}" ] || drafter=(--drafter "${DRAFTER_DIRS[$i]}")
+                    "${BINS[$i]}" bench --model demo --matmul "$mm" --mode "$mode" "${drafter[@]}" \
                         --prompt-set "$set" --prompts "$N" --max-tokens 128 --out "$out" |
                         grep -E "^(baseline|dflash|dspark) "
                 done

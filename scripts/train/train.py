@@ -316,6 +316,9 @@ def main():
     ap.add_argument("--budget-s", type=float, default=360.0, help="training time (schedule follows it)")
     ap.add_argument("--max-steps", type=int, default=1000000)
     ap.add_argument("--limit", type=int, default=0, help="use the first N sequences only (tests)")
+    ap.add_argument("--subset", type=int, default=0,
+                    help="use N sequences drawn by the seed (their order kept): a data set whose "
+                         "target states do not fit the GPU's memory whole (an H100 holds about 28,000)")
     ap.add_argument("--batch", type=int, default=48)
     ap.add_argument("--anchors", type=int, default=64)
     ap.add_argument("--max-len", type=int, default=704)
@@ -360,6 +363,9 @@ def main():
     data = load_data(a.data)
     if a.limit:
         data = {k: v[:a.limit] for k, v in data.items()}
+    if a.subset and a.subset < len(data["seqs"]):
+        keep = sorted(random.Random(a.seed).sample(range(len(data["seqs"])), a.subset))
+        data = {k: [v[i] for i in keep] for k, v in data.items()}
     n = len(data["seqs"])
     t_load = time.time() - t0
     print(f"target + {n} sequences loaded in {t_load:.1f}s", flush=True)
