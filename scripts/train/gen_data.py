@@ -49,6 +49,22 @@ def decode(tok, ids):
                       clean_up_tokenization_spaces=False)
 
 
+def generate_fitting(lm, prompts, temps, max_new, gen, label):
+    """fastgen.generate over one chunk; a chunk whose KV cache does not fit the GPU (long second
+    turns at batch 3072 on an 80 GB H100) runs again as two halves, recursively."""
+    try:
+        return fastgen.generate(lm, prompts, temps, max_new, common.EOS_IDS, common.PAD_ID,
+                                top_p=0.9, gen=gen)
+    except torch.OutOfMemoryError:
+        if len(prompts) < 2:
+            raise
+    torch.cuda.empty_cache()
+    h = len(prompts) // 2
+    print(f"  {label}: out of GPU memory at {len(prompts)} prompts, halving", flush=True)
+    return (generate_fitting(lm, prompts[:h], temps[:h], max_new, gen, label)
+            + generate_fitting(lm, prompts[h:], temps[h:], max_new, gen, label))
+
+
 def run_batches(lm, items, temps, max_new, batch, gen, deadline, label, t0, full=lambda: False):
     """items: list of prompt ids; returns {index: new tokens} for the chunks done before deadline
     (or before full() says the data set is complete)."""
@@ -60,8 +76,7 @@ def run_batches(lm, items, temps, max_new, batch, gen, deadline, label, t0, full
         if time.time() > deadline or full():
             print(f"  {label}: budget reached at chunk {ci}/{len(chunks)}", flush=True)
             break
-        out = fastgen.generate(lm, [items[j] for j in ch], [temps[j] for j in ch], max_new,
-                               common.EOS_IDS, common.PAD_ID, top_p=0.9, gen=gen)
+        out = generate_fitting(lm, [items[j] for j in ch], [temps[j] for j in ch], max_new, gen, label)
         for j, g in zip(ch, out):
             res[j] = g
             ntok += len(g)

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Loss curves of a drafter training run (train.py's train_log.json) as one PNG.
 
-  python scripts/train/plot.py ckpt/train_log.json docs/drafter-training-smollm2.png
+  python scripts/train/plot.py ckpt/train_log.json docs/drafter-training-smollm2.png [GPU]
+
+GPU names the card in the title (run_h200.sh passes nvidia-smi's name; default "one GPU").
 """
 import json
 import sys
@@ -14,6 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 def main():
     src, dst = sys.argv[1], sys.argv[2]
+    gpu = sys.argv[3] if len(sys.argv) > 3 else "one GPU"
     d = json.load(open(src))
     log = d["log"]
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))
@@ -46,7 +49,7 @@ def main():
     ax[1].legend()
     s = d["summary"]
     fig.suptitle(f"SmolLM2-135M drafters: {s['steps']} steps, {s['epochs']:.1f} epochs of {s['sequences']} "
-                 f"sequences, {s['train_seconds']:.0f} s on one H200")
+                 f"sequences, {s['train_seconds']:.0f} s on {gpu}")
     fig.tight_layout()
     fig.savefig(dst, dpi=90)
 

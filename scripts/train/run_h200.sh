@@ -85,6 +85,7 @@ if ! "$PY" "$CODE/evaluate.py" --gguf-dir "$W" --mtbench "$ART/question.jsonl" \
     stamp "evaluate FAILED"; tail -30 "$W/eval.log"; touch "$W/FAIL"; exit 1
 fi
 grep "tau(" "$W/eval.log"
-"$PY" "$CODE/plot.py" "$W/ckpt/train_log.json" "$W/ckpt/loss.png" || stamp "plot failed"
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+"$PY" "$CODE/plot.py" "$W/ckpt/train_log.json" "$W/ckpt/loss.png" "one ${GPU_NAME:-GPU}" || stamp "plot failed"
 stamp "done"
 touch "$W/DONE"
