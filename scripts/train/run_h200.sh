@@ -21,6 +21,9 @@ PY="${PYTHON:-python3}"
 DEVICE="${DEVICE:-cuda}"
 ART="${ART:-$W}"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+# the tenth run's out-of-memory errors (gen_data.py, train.py's validation) left 4.75 GB of the
+# 80 GB card reserved but unallocated: growable segments let the allocator use that room
+export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}"
 stamp() { echo "[$(date +%H:%M:%S) +$((SECONDS))s] $*"; }
 drafters_in() {   # evaluate.py's --drafter arguments for the drafters a run saved (TRAIN_ARGS may hold --which)
     EVAL_DRAFTERS=()

@@ -261,17 +261,19 @@ class Validation:
             w = int(avalid.sum())
             for k, (net, heads, cfg) in nets.items():
                 net.eval()
-                with torch.autocast(**cast):
-                    if k == "dflash":
-                        blocks = [cfg["block_size"]] + ([a.dflash_alt_block] if a.dflash_alt_block else [])
-                        out = {}
-                        for bs in blocks:
-                            out.update(dflash_loss(net, emb, self.store, tok, flat, lens, anchors, avalid, bs,
-                                                   a.dflash_gamma)[1])
-                    else:
-                        out = dspark_loss(net, heads, emb, self.store, tok, flat, lens, anchors, avalid,
-                                          cfg["block_size"], a.dspark_gamma)[1]
-                net.train()
+                try:
+                    with torch.autocast(**cast):
+                        if k == "dflash":
+                            blocks = [cfg["block_size"]] + ([a.dflash_alt_block] if a.dflash_alt_block else [])
+                            out = {}
+                            for bs in blocks:
+                                out.update(dflash_loss(net, emb, self.store, tok, flat, lens, anchors, avalid,
+                                                       bs, a.dflash_gamma)[1])
+                        else:
+                            out = dspark_loss(net, heads, emb, self.store, tok, flat, lens, anchors, avalid,
+                                              cfg["block_size"], a.dspark_gamma)[1]
+                finally:   # an out-of-memory error must not leave the net in eval mode
+                    net.train()
                 for key, v in out.items():
                     if key.endswith("_tau"):
                         sums[key] = sums.get(key, 0.0) + v * w
@@ -292,11 +294,19 @@ def keep_best(best, nets, row, step):
 
 
 def validate(val, nets, emb, a, step, t_start, val_log, best):
-    try:
-        row = {"step": step, "seconds": round(time.time() - t_start, 1), **val.run(nets, emb, a)}
-    except torch.OutOfMemoryError:
+    """One validation pass; one that runs out of GPU memory beside the training state is tried
+    once more after the allocator's cache is emptied, then skipped."""
+    row = None
+    for attempt in range(2):
+        try:
+            row = {"step": step, "seconds": round(time.time() - t_start, 1), **val.run(nets, emb, a)}
+            break
+        except torch.OutOfMemoryError:
+            pass
         torch.cuda.empty_cache()
-        print(f"validation at step {step} ran out of memory: skipped", flush=True)
+        print(f"validation at step {step} ran out of memory" + (": retrying" if attempt == 0 else ": skipped"),
+              flush=True)
+    if row is None:
         return
     val_log.append(row)
     print("val", json.dumps(row), flush=True)
