@@ -5,10 +5,16 @@
 # training takes `--subset 28000`: the target's states of a whole data set do not fit beside a
 # batch. GEN_BUDGET_S, GEN_ARGS, TRAIN_BUDGET_S and TRAIN_ARGS come from the environment
 # (TRAIN_ARGS defaults to the ninth run's: the shipped DSpark trained further). A smoke_u16.npz
-# in .devcarry/e makes run_h200.sh run its smoke check first.
-W=/tmp/w; [ -f $W/part_d ] || { echo machine lost; exit 3; }
-cat $W/part_a $W/part_b $W/part_c $W/part_d .devcarry/e/part_e > $W/SmolLM2-135M-Instruct.Q4_1.gguf || exit 4
-md5sum $W/SmolLM2-135M-Instruct.Q4_1.gguf; rm -f $W/part_?
+# in .devcarry/e makes run_h200.sh run its smoke check first. Run again on the same warm machine
+# after a failed run, it relaunches with the new environment.
+W=/tmp/w; G=$W/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ -f $W/part_d ]; then
+    cat $W/part_a $W/part_b $W/part_c $W/part_d .devcarry/e/part_e > $G || exit 4
+    rm -f $W/part_?
+elif [ ! -f $G ]; then   # a relaunch on the same machine (after a failed run) reuses the joined GGUF
+    echo machine lost; exit 3
+fi
+md5sum $G
 cp .devcarry/e/{question.jsonl,HumanEval.jsonl.gz} $W/ || exit 4
 [ ! -f .devcarry/e/smoke_u16.npz ] || cp .devcarry/e/smoke_u16.npz $W/ || exit 4
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .devcarry/e/gguf-*.whl || exit 4

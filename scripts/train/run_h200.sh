@@ -32,6 +32,7 @@ drafters_in() {   # evaluate.py's --drafter arguments for the drafters a run sav
     return 0
 }
 
+rm -f "$W"/{SMOKE_DONE,SMOKE_FAIL,GEN_DONE,TRAIN_DONE,DONE,FAIL}   # an earlier launch's markers
 stamp "start"
 if [ -f "$W/data_u16.npz" ]; then
     DATA="$W/data_u16.npz"

@@ -296,17 +296,15 @@ def keep_best(best, nets, row, step):
 def validate(val, nets, emb, a, step, t_start, val_log, best):
     """One validation pass; one that runs out of GPU memory beside the training state is tried
     once more after the allocator's cache is emptied, then skipped."""
-    row = None
-    for attempt in range(2):
+    for then in ("retrying", "skipped"):
         try:
             row = {"step": step, "seconds": round(time.time() - t_start, 1), **val.run(nets, emb, a)}
             break
         except torch.OutOfMemoryError:
             pass
         torch.cuda.empty_cache()
-        print(f"validation at step {step} ran out of memory" + (": retrying" if attempt == 0 else ": skipped"),
-              flush=True)
-    if row is None:
+        print(f"validation at step {step} ran out of memory: {then}", flush=True)
+    else:
         return
     val_log.append(row)
     print("val", json.dumps(row), flush=True)
