@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One poll of the detached pipeline (run_h200.sh) on the device machine: waits up to $1 seconds
 # (default 560) for $W/DONE or $W/FAIL, prints the progress, and copies what a run leaves into
-# $OUT (both model.safetensors; a tar of configs, train_log.json, eval.json, loss.png and logs).
+# $OUT (both model.safetensors; a tar of configs, train_log.json, eval.json, loss.png and logs;
+# at the end, data_u16.npz).
 # Exits 3 at once on a fresh machine (no $W/log: the earlier one was handed back), so that a
 # lost run does not cost a whole wait.
 W="${W:-/tmp/w}"

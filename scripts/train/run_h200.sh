@@ -11,7 +11,8 @@
 # Sizes come from the environment (defaults: the planned run on the second data set; the shipped
 # drafters' run used GEN_BUDGET_S=270 TRAIN_BUDGET_S=420 and the first gen_data.py): GEN_BUDGET_S,
 # GEN_ARGS, TRAIN_BUDGET_S, TRAIN_BATCH, TRAIN_ANCHORS, TRAIN_ARGS, EVAL_LIMIT, DEVICE; EVAL_SHIPPED=1
-# also evaluates the drafters in assets/drafters on the same greedy runs.
+# also evaluates the drafters in assets/drafters on the same greedy runs. GEN_ONLY=1 stops after
+# the data (for a later session to train on); $W/data_more_*.npz are trained on beside data_u16.npz.
 set -uo pipefail
 W="$1"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -66,6 +67,12 @@ else
     stamp "data: $(grep '^data:' "$W/gen.log" | cut -c1-400)"
 fi
 touch "$W/GEN_DONE"
+for more in "$W"/data_more_*.npz; do   # earlier runs' data sets (other seeds), trained on beside it
+    [ -f "$more" ] && DATA="$DATA,$more" && stamp "data: also $more"
+done
+if [ -n "${GEN_ONLY:-}" ]; then   # a short lease: generate only; poll_h200.sh brings data_u16.npz back
+    stamp "done (GEN_ONLY)"; touch "$W/DONE"; exit 0
+fi
 
 stamp "train"
 if ! "$PY" "$CODE/train.py" --gguf-dir "$W" --data "$DATA" --out "$W/ckpt" --device "$DEVICE" \

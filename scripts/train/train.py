@@ -57,7 +57,14 @@ import common  # noqa: E402
 
 
 def load_data(path):
-    """gen_data.py's torch file, or its compact form (data_u16.npz: tokens, lens, plens, modes)."""
+    """gen_data.py's torch file, or its compact form (data_u16.npz: tokens, lens, plens, modes);
+    several comma-separated files (data sets of different seeds) are joined in order."""
+    if "," in path:
+        parts = [load_data(p) for p in path.split(",") if p]
+        out = {k: [x for d in parts for x in d[k]] for k in ("seqs", "plens")}
+        if all("modes" in d for d in parts):
+            out["modes"] = [x for d in parts for x in d["modes"]]
+        return out
     if not path.endswith(".npz"):
         return torch.load(path)
     import numpy as np
