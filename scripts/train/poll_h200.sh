@@ -23,4 +23,6 @@ done
     ckpt/dflash/config.json ckpt/dspark/config.json ckpt/train_log.json ckpt/eval.json ckpt/loss.png \
     smoke/eval.json 2>/dev/null)
 [ -f "$W/DONE" ] || [ -f "$W/FAIL" ] || exit 0
+# the data set, for later sessions to train on without generating (under the 16 MiB a file)
+[ -f "$W/data_u16.npz" ] && [ "$(stat -c %s "$W/data_u16.npz")" -lt 16000000 ] && cp "$W/data_u16.npz" "$OUT/"
 [ -f "$W/DONE" ]
