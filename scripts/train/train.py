@@ -54,6 +54,7 @@ import torch.utils.checkpoint
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+from lean_distill import lean_distill  # noqa: E402
 
 
 def load_data(path):
@@ -170,24 +171,36 @@ def dflash_loss(net, emb, store, tok, flat, lens, anchors, avalid, bs, gamma, l1
     dev = tok.device
     fused = store.fused[flat]
     h = common.net_anchored(net, fused, tok, anchors, bs, emb)[:, :, 1:]
-    logits = h @ emb.t()
     r = torch.arange(1, bs, device=dev)
     j = anchors[:, :, None] + r - 1                                   # target position predicting a + r
     valid = (anchors[:, :, None] + r < lens[:, None, None]) & avalid[:, :, None]
     rows = flat.gather(1, j.clamp(max=flat.shape[1] - 1).flatten(1)).view_as(j)
+    w = common.decay_weights(bs - 1, gamma, dev)[None, None] * valid
+    if LEAN_CHUNK and not l1w:   # the same loss in row chunks (lean_distill.py), valid rows only
+        rv = rows[valid]
+        tgt = store.greedy[rv]
+        loss, am = lean_distill(h[valid], emb, EMB, store.hfin[rv], tgt, w[valid] / w.sum(), LEAN_CHUNK)
+        hit = torch.zeros_like(valid)
+        hit[valid] = am == tgt
+        return loss, dflash_stats(loss, hit, valid, avalid, bs)
+    logits = h @ emb.t()
     d, logp, pt, tgt = distill(logits, store, rows, valid)
     if l1w:   # recomputed in backward: saving exp and |.| would hold two more [.., V] tensors
         l1 = torch.utils.checkpoint.checkpoint(lambda lp, p: (lp.exp() - p).abs().sum(-1), logp, pt,
                                                use_reentrant=False)
         d = d + l1w * l1
-    w = common.decay_weights(bs - 1, gamma, dev)[None, None] * valid
     loss = (d * w).sum() / w.sum()
     with torch.no_grad():
         hit = (logp.argmax(-1) == tgt) & valid
-        acc1 = hit[:, :, 0].float().sum() / valid[:, :, 0].float().sum().clamp(min=1)
-        run = torch.cumprod(hit.float(), dim=-1).sum(-1)[avalid]
-    return loss, {f"dflash{bs}_loss": loss.item(), f"dflash{bs}_acc1": acc1.item(),
-                  f"dflash{bs}_tau": 1 + run.mean().item()}
+    return loss, dflash_stats(loss, hit, valid, avalid, bs)
+
+
+@torch.no_grad()
+def dflash_stats(loss, hit, valid, avalid, bs):
+    acc1 = hit[:, :, 0].float().sum() / valid[:, :, 0].float().sum().clamp(min=1)
+    run = torch.cumprod(hit.float(), dim=-1).sum(-1)[avalid]
+    return {f"dflash{bs}_loss": loss.item(), f"dflash{bs}_acc1": acc1.item(),
+            f"dflash{bs}_tau": 1 + run.mean().item()}
 
 
 def dspark_loss(net, heads, emb, store, tok, flat, lens, anchors, avalid, g, gamma):
@@ -319,10 +332,11 @@ def validate(val, nets, emb, a, step, t_start, val_log, best):
 
 
 EMB = None
+LEAN_CHUNK = 0   # --lean-loss N: DFlash's loss in chunks of N rows (lean_distill.py); 0: train.distill
 
 
 def main():
-    global EMB
+    global EMB, LEAN_CHUNK
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gguf-dir", required=True)
     ap.add_argument("--data", required=True)
@@ -345,6 +359,9 @@ def main():
     ap.add_argument("--dflash-intermediate", type=int, default=0, help="DFlash MLP width (0: --intermediate)")
     ap.add_argument("--dspark-intermediate", type=int, default=0, help="DSpark MLP width (0: --intermediate)")
     ap.add_argument("--dflash-block", type=int, default=16)
+    ap.add_argument("--lean-loss", type=int, default=0, metavar="N",
+                    help="DFlash's loss in chunks of N rows, its logit gradient in closed form "
+                         "(lean_distill.py): no [rows, vocab] tensor outlives a chunk (0: off)")
     ap.add_argument("--dflash-alt-block", type=int, default=8, help="every other step's DFlash block (0: none)")
     ap.add_argument("--dspark-block", type=int, default=7)
     ap.add_argument("--markov-rank", type=int, default=16)
@@ -363,6 +380,7 @@ def main():
                     help="hold back whole first user turns (every answer to them) or single sequences")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = ap.parse_args()
+    LEAN_CHUNK = a.lean_loss
 
     torch.manual_seed(a.seed)
     random.seed(a.seed)
