@@ -176,10 +176,11 @@ def dflash_loss(net, emb, store, tok, flat, lens, anchors, avalid, bs, gamma, l1
     valid = (anchors[:, :, None] + r < lens[:, None, None]) & avalid[:, :, None]
     rows = flat.gather(1, j.clamp(max=flat.shape[1] - 1).flatten(1)).view_as(j)
     w = common.decay_weights(bs - 1, gamma, dev)[None, None] * valid
-    if LEAN_CHUNK and not l1w:   # the same loss in row chunks (lean_distill.py), valid rows only
+    if LEAN_CHUNK:   # the same loss in row chunks (lean_distill.py), valid rows only
         rv = rows[valid]
         tgt = store.greedy[rv]
-        loss, am = lean_distill(h[valid], emb, EMB, store.hfin[rv], tgt, w[valid] / w.sum(), LEAN_CHUNK)
+        loss, am, _ = lean_distill(h[valid], emb, EMB, store.hfin[rv], tgt, w[valid] / w.sum(), LEAN_CHUNK,
+                                   l1w=l1w)
         hit = torch.zeros_like(valid)
         hit[valid] = am == tgt
         return loss, dflash_stats(loss, hit, valid, avalid, bs)
@@ -208,21 +209,33 @@ def dspark_loss(net, heads, emb, store, tok, flat, lens, anchors, avalid, g, gam
     fused = store.fused[flat]
     h = common.net_anchored(net, fused, tok, anchors, g, emb)
     prev, _ = common.shifted(tok, lens, anchors, torch.arange(g, device=dev))
-    logits = h @ emb.t() + heads.markov_head(prev)
     r = torch.arange(g, device=dev)
     j = anchors[:, :, None] + r                                       # target position predicting a + r + 1
     valid = (j + 1 < lens[:, None, None]) & avalid[:, :, None]
     rows = flat.gather(1, j.clamp(max=flat.shape[1] - 1).flatten(1)).view_as(j)
-    d, logp, pt, tgt = distill(logits, store, rows, valid)
-    l1 = (logp.exp() - pt).abs().sum(-1)
-    conf_in = torch.cat([h.detach(), heads.markov_head.markov_w1(prev).detach()], dim=-1)
+    w = common.decay_weights(g, gamma, dev)[None, None] * valid
+    mk = heads.markov_head
+    if LEAN_CHUNK:   # the same loss in row chunks (lean_distill.py), valid rows only
+        rv = rows[valid]
+        tgt = store.greedy[rv]
+        main, am, l1v = lean_distill(h[valid], emb, EMB, store.hfin[rv], tgt, w[valid] / w.sum(), LEAN_CHUNK,
+                                     u=mk.markov_w1(prev)[valid], w2=mk.markov_w2.weight, l1w=1.0)
+        l1 = torch.zeros(valid.shape, device=dev)
+        l1[valid] = l1v
+        hit = torch.zeros_like(valid)
+        hit[valid] = am == tgt
+    else:
+        logits = h @ emb.t() + mk(prev)
+        d, logp, pt, tgt = distill(logits, store, rows, valid)
+        l1 = (logp.exp() - pt).abs().sum(-1)
+        main = ((d + l1) * w).sum() / w.sum()
+        with torch.no_grad():
+            hit = (logp.argmax(-1) == tgt) & valid
+    conf_in = torch.cat([h.detach(), mk.markov_w1(prev).detach()], dim=-1)
     conf = heads.confidence_head.proj(conf_in).squeeze(-1).float()
     bce = F.binary_cross_entropy_with_logits(conf, (1 - 0.5 * l1).detach().clamp(0, 1), reduction="none")
-    w = common.decay_weights(g, gamma, dev)[None, None] * valid
-    main = ((d + l1) * w).sum() / w.sum()
     cl = (bce * w).sum() / w.sum()
     with torch.no_grad():
-        hit = (logp.argmax(-1) == tgt) & valid
         run = torch.cumprod(hit.float(), dim=-1).sum(-1)[avalid]
         l1m = (l1 * w).sum() / w.sum()
     return main + cl, {"dspark_loss": main.item(), "dspark_l1": l1m.item(), "dspark_conf_bce": cl.item(),
@@ -332,7 +345,7 @@ def validate(val, nets, emb, a, step, t_start, val_log, best):
 
 
 EMB = None
-LEAN_CHUNK = 0   # --lean-loss N: DFlash's loss in chunks of N rows (lean_distill.py); 0: train.distill
+LEAN_CHUNK = 0   # --lean-loss N: the loss in chunks of N rows (lean_distill.py); 0: train.distill
 
 
 def main():
@@ -360,7 +373,7 @@ def main():
     ap.add_argument("--dspark-intermediate", type=int, default=0, help="DSpark MLP width (0: --intermediate)")
     ap.add_argument("--dflash-block", type=int, default=16)
     ap.add_argument("--lean-loss", type=int, default=0, metavar="N",
-                    help="DFlash's loss in chunks of N rows, its logit gradient in closed form "
+                    help="the drafters' loss in chunks of N rows, its logit gradient in closed form "
                          "(lean_distill.py): no [rows, vocab] tensor outlives a chunk (0: off)")
     ap.add_argument("--dflash-alt-block", type=int, default=8, help="every other step's DFlash block (0: none)")
     ap.add_argument("--dspark-block", type=int, default=7)
