@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""lean_distill against the loss it replaces (train.distill's expressions through autograd): the
+"""lean_distill against the loss it replaces (train.distill itself, through autograd): the
 same loss, the same gradients (the drafter's states; DSpark's Markov input and weight), the same
 argmax and per-row L1, in f32 and under bf16 autocast, with chunks that do and do not divide the
 rows, with and without the total-variation term and the Markov head. Exits non-zero on a
@@ -9,25 +9,24 @@ mismatch.
 """
 import os
 import sys
+from types import SimpleNamespace
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train  # noqa: E402
 from lean_distill import lean_distill  # noqa: E402
 
 
 def reference(h, emb, emb_t, hfin, tgt, w, u=None, w2=None, l1w=0.0):
-    """train.distill and the drafters' weighting (train.dflash_loss, train.dspark_loss), written
-    out: the logits through autograd, DSpark's Markov head added when u is given."""
+    """train.distill itself (through autograd), with the drafters' extra terms and weighting as
+    train.dflash_loss / train.dspark_loss add them: DSpark's Markov head when u is given."""
     logits = h @ emb.t()
     if u is not None:
         logits = logits + u @ w2.t()
-    with torch.no_grad():
-        pt = torch.softmax(hfin.float() @ emb_t.t().float(), dim=-1)
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    hard = -logp.gather(-1, tgt[:, None]).squeeze(-1)
-    soft = -(pt * logp).sum(-1)
-    d = 0.5 * hard + 0.5 * soft
+    train.EMB = emb_t
+    rows = torch.arange(h.shape[0])
+    d, logp, pt, _ = train.distill(logits, SimpleNamespace(greedy=tgt, hfin=hfin), rows, None)
     l1 = (logp.exp() - pt).abs().sum(-1)
     if l1w:
         d = d + l1w * l1

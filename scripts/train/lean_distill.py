@@ -46,8 +46,10 @@ class LeanDistill(torch.autograd.Function):
             row = 0.5 * hard + 0.5 * soft
             p = torch.exp(z - lse[:, None])
             if l1w:
-                sg = torch.sign(p - pt)
-                l1_rows[s:e] = (p - pt).abs().sum(-1)
+                diff = p - pt
+                l1_rows[s:e] = diff.abs().sum(-1)
+                sg = torch.sign(diff)
+                del diff
                 row = row + l1w * l1_rows[s:e]
             total += (row * w[s:e]).sum()
             am[s:e] = z.argmax(-1)

@@ -176,13 +176,8 @@ def dflash_loss(net, emb, store, tok, flat, lens, anchors, avalid, bs, gamma, l1
     valid = (anchors[:, :, None] + r < lens[:, None, None]) & avalid[:, :, None]
     rows = flat.gather(1, j.clamp(max=flat.shape[1] - 1).flatten(1)).view_as(j)
     w = common.decay_weights(bs - 1, gamma, dev)[None, None] * valid
-    if LEAN_CHUNK:   # the same loss in row chunks (lean_distill.py), valid rows only
-        rv = rows[valid]
-        tgt = store.greedy[rv]
-        loss, am, _ = lean_distill(h[valid], emb, EMB, store.hfin[rv], tgt, w[valid] / w.sum(), LEAN_CHUNK,
-                                   l1w=l1w)
-        hit = torch.zeros_like(valid)
-        hit[valid] = am == tgt
+    if LEAN_CHUNK:
+        loss, hit, _ = lean_rows(h, emb, store, rows, valid, w, l1w=l1w)
         return loss, dflash_stats(loss, hit, valid, avalid, bs)
     logits = h @ emb.t()
     d, logp, pt, tgt = distill(logits, store, rows, valid)
@@ -194,6 +189,20 @@ def dflash_loss(net, emb, store, tok, flat, lens, anchors, avalid, bs, gamma, l1
     with torch.no_grad():
         hit = (logp.argmax(-1) == tgt) & valid
     return loss, dflash_stats(loss, hit, valid, avalid, bs)
+
+
+def lean_rows(h, emb, store, rows, valid, w, **markov_l1):
+    """train.distill's loss (plus the terms in markov_l1: u, w2, l1w) over the valid rows only,
+    in chunks (lean_distill.py): (loss, hit [same shape as valid], L1 [same shape])."""
+    rv = rows[valid]
+    tgt = store.greedy[rv]
+    loss, am, l1v = lean_distill(h[valid], emb, EMB, store.hfin[rv], tgt, w[valid] / w.sum(), LEAN_CHUNK,
+                                 **markov_l1)
+    hit = torch.zeros_like(valid)
+    hit[valid] = am == tgt
+    l1 = torch.zeros(valid.shape, device=valid.device)
+    l1[valid] = l1v
+    return loss, hit, l1
 
 
 @torch.no_grad()
@@ -215,23 +224,17 @@ def dspark_loss(net, heads, emb, store, tok, flat, lens, anchors, avalid, g, gam
     rows = flat.gather(1, j.clamp(max=flat.shape[1] - 1).flatten(1)).view_as(j)
     w = common.decay_weights(g, gamma, dev)[None, None] * valid
     mk = heads.markov_head
-    if LEAN_CHUNK:   # the same loss in row chunks (lean_distill.py), valid rows only
-        rv = rows[valid]
-        tgt = store.greedy[rv]
-        main, am, l1v = lean_distill(h[valid], emb, EMB, store.hfin[rv], tgt, w[valid] / w.sum(), LEAN_CHUNK,
-                                     u=mk.markov_w1(prev)[valid], w2=mk.markov_w2.weight, l1w=1.0)
-        l1 = torch.zeros(valid.shape, device=dev)
-        l1[valid] = l1v
-        hit = torch.zeros_like(valid)
-        hit[valid] = am == tgt
+    u = mk.markov_w1(prev)                                            # the Markov head is w2(w1[prev])
+    if LEAN_CHUNK:
+        main, hit, l1 = lean_rows(h, emb, store, rows, valid, w, u=u[valid], w2=mk.markov_w2.weight, l1w=1.0)
     else:
-        logits = h @ emb.t() + mk(prev)
+        logits = h @ emb.t() + mk.markov_w2(u)
         d, logp, pt, tgt = distill(logits, store, rows, valid)
         l1 = (logp.exp() - pt).abs().sum(-1)
         main = ((d + l1) * w).sum() / w.sum()
         with torch.no_grad():
             hit = (logp.argmax(-1) == tgt) & valid
-    conf_in = torch.cat([h.detach(), mk.markov_w1(prev).detach()], dim=-1)
+    conf_in = torch.cat([h.detach(), u.detach()], dim=-1)
     conf = heads.confidence_head.proj(conf_in).squeeze(-1).float()
     bce = F.binary_cross_entropy_with_logits(conf, (1 - 0.5 * l1).detach().clamp(0, 1), reduction="none")
     cl = (bce * w).sum() / w.sum()
