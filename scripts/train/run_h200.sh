@@ -56,7 +56,10 @@ else
             touch "$W/SMOKE_DONE"; stamp "smoke ok"
         else
             touch "$W/SMOKE_FAIL"; stamp "smoke FAILED (see smoke.log); data generation continues"
-            wait $GEN; stamp "data generation exit $?"; touch "$W/GEN_DONE"
+            wait $GEN; RC=$?; stamp "data generation exit $RC"
+            # keep the data so that a relaunch with mended TRAIN_ARGS trains at once
+            [ $RC -eq 0 ] && mv "$W/gen_u16.npz" "$DATA" && mv "$W/gen_u16.json" "$W/data_u16.json"
+            touch "$W/GEN_DONE"
             exit 1
         fi
     fi

@@ -10,7 +10,7 @@
 //!   both greedy runs agree;
 //! - the mean accept length on the fixed first 10 prompts stays above a floor of 0.9x the value
 //!   measured when the drafters were shipped (DFlash b16 / b8 1.781 / 1.789 since the tenth
-//!   training run, DSpark 1.886 since the ninth, at 40 tokens; dspark's rounds equal the
+//!   training run, DSpark 1.904 since the eleventh, at 40 tokens; dspark's rounds equal the
 //!   evaluator's on all 10).
 
 use std::path::PathBuf;
@@ -120,7 +120,7 @@ fn trained_drafters_equal_baseline_and_match_the_evaluator() {
         Case {
             drafter: "smollm2-135m-dspark-b7",
             mode: Mode::Dspark,
-            floor: 1.69,
+            floor: 1.71,
         },
     ];
     // the default backend drafts through the 8-bit-activation head (`draft_matmul`); the
