@@ -334,6 +334,12 @@ def round_f16_(module):
             p.copy_(p.to(torch.float16).to(p.dtype))
 
 
+def target_probs(hfin, emb):
+    """The target's next-token distribution from its final-normed states (the distillation's
+    soft labels), in f32: train.distill and lean_distill.py both take it from here."""
+    return torch.softmax(hfin.float() @ emb.t().float(), dim=-1)
+
+
 def decay_weights(n, gamma, device):
     return torch.exp(-torch.arange(n, device=device, dtype=torch.float32) / gamma)
 

@@ -18,6 +18,8 @@ argmaxes and the per-row term with autograd over those expressions.
 """
 import torch
 
+from common import target_probs
+
 
 class LeanDistill(torch.autograd.Function):
     """sum_r w_r (D_r + l1w L1_r); returns (loss, argmax of z per row, L1 per row)."""
@@ -38,11 +40,12 @@ class LeanDistill(torch.autograd.Function):
             if markov:
                 zr = zr + u[s:e] @ w2.t()
             z = zr.float()
-            pt = torch.softmax(hfin[s:e].float() @ emb_t.t().float(), dim=-1)
+            pt = target_probs(hfin[s:e], emb_t)
+            pts = pt.sum(-1)
             lse = torch.logsumexp(z, dim=-1)
             t = tgt[s:e, None]
             hard = lse - z.gather(-1, t).squeeze(-1)
-            soft = lse * pt.sum(-1) - (pt * z).sum(-1)
+            soft = lse * pts - (pt * z).sum(-1)
             row = 0.5 * hard + 0.5 * soft
             p = torch.exp(z - lse[:, None])
             if l1w:
@@ -55,7 +58,7 @@ class LeanDistill(torch.autograd.Function):
             am[s:e] = z.argmax(-1)
             if gh is None and gu is None and gw2 is None:
                 continue
-            g = p * (0.5 + 0.5 * pt.sum(-1, keepdim=True)) - 0.5 * pt
+            g = p * (0.5 + 0.5 * pts[:, None]) - 0.5 * pt
             if l1w:
                 g += l1w * p * (sg - (sg * p).sum(-1, keepdim=True))
                 del sg
@@ -68,7 +71,7 @@ class LeanDistill(torch.autograd.Function):
                 gu[s:e] = (g @ w2).to(u.dtype)
             if gw2 is not None:
                 gw2 += (g.t() @ u[s:e].to(g.dtype)).float()
-            del zr, z, pt, p, g
+            del zr, z, pt, pts, p, g
         ctx.mark_non_differentiable(am, l1_rows)
         ctx.save_for_backward(*(x if x is not None else h.new_empty(0) for x in (gh, gu, gw2)))
         ctx.w2_dtype = w2.dtype if markov else None

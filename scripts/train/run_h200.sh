@@ -26,6 +26,7 @@ export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 # 80 GB card reserved but unallocated: growable segments let the allocator use that room
 export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}"
 stamp() { echo "[$(date +%H:%M:%S) +$((SECONDS))s] $*"; }
+keep_data() { mv "$W/gen_u16.npz" "$DATA" && mv "$W/gen_u16.json" "$W/data_u16.json"; }   # gen_data.py's output as the run's data
 drafters_in() {   # evaluate.py's --drafter arguments for the drafters a run saved (TRAIN_ARGS may hold --which)
     EVAL_DRAFTERS=()
     [ -d "$1/dflash" ] && EVAL_DRAFTERS+=(--drafter "dflash16=$1/dflash" --drafter "dflash8=$1/dflash:8")
@@ -35,11 +36,10 @@ drafters_in() {   # evaluate.py's --drafter arguments for the drafters a run sav
 
 rm -f "$W"/{SMOKE_DONE,SMOKE_FAIL,GEN_DONE,TRAIN_DONE,DONE,FAIL}   # an earlier launch's markers
 stamp "start"
-if [ -f "$W/data_u16.npz" ]; then
-    DATA="$W/data_u16.npz"
+DATA="$W/data_u16.npz"
+if [ -f "$DATA" ]; then
     stamp "data: reusing $DATA"
 else
-    DATA="$W/data_u16.npz"
     "$PY" "$CODE/gen_data.py" --gguf-dir "$W" --out "$W/gen_u16.npz" --device "$DEVICE" \
         --exclude-mtbench "$ART/question.jsonl" --exclude-humaneval "$ART/HumanEval.jsonl.gz" \
         --budget-s "${GEN_BUDGET_S:-300}" ${GEN_ARGS:-} > "$W/gen.log" 2>&1 &
@@ -58,7 +58,7 @@ else
             touch "$W/SMOKE_FAIL"; stamp "smoke FAILED (see smoke.log); data generation continues"
             wait $GEN; RC=$?; stamp "data generation exit $RC"
             # keep the data so that a relaunch with mended TRAIN_ARGS trains at once
-            [ $RC -eq 0 ] && mv "$W/gen_u16.npz" "$DATA" && mv "$W/gen_u16.json" "$W/data_u16.json"
+            [ $RC -eq 0 ] && keep_data
             touch "$W/GEN_DONE"
             exit 1
         fi
@@ -66,7 +66,7 @@ else
     if ! wait $GEN; then
         stamp "data generation FAILED"; tail -30 "$W/gen.log"; touch "$W/FAIL"; exit 1
     fi
-    mv "$W/gen_u16.npz" "$DATA" && mv "$W/gen_u16.json" "$W/data_u16.json"
+    keep_data
     stamp "data: $(grep '^data:' "$W/gen.log" | cut -c1-400)"
 fi
 touch "$W/GEN_DONE"

@@ -160,7 +160,7 @@ def distill(logits, store, rows_flat, labels_valid):
     """Per-row distillation loss (see the module doc) against the target after flat rows."""
     with torch.no_grad():
         tgt = store.greedy[rows_flat]
-        pt = torch.softmax(store.hfin[rows_flat].float() @ EMB.t().float(), dim=-1)
+        pt = common.target_probs(store.hfin[rows_flat], EMB)
     logp = torch.log_softmax(logits.float(), dim=-1)
     hard = -logp.gather(-1, tgt[..., None]).squeeze(-1)
     soft = -(pt * logp).sum(-1)
