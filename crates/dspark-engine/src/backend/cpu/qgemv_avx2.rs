@@ -166,6 +166,7 @@ unsafe fn rows<
     out: &mut [[f32; C]; R],
 ) {
     let (cpp, spp) = (w.codes_per_pair(), w.fmt.scales_per_pair());
+    let zp = w.fmt.zero_point() != 0;
     let mut acc = [[_mm256_setzero_ps(); C]; R];
     let sw = spp * if H { 2 } else { 4 };
     // pairs interleave across groups of COL_TILE columns (QPacked::pair_at)
@@ -191,8 +192,9 @@ unsafe fn rows<
             let xlo = _mm256_loadu_si256(xp as *const __m256i);
             let xhi = _mm256_loadu_si256(xp.add(32) as *const __m256i);
             let xs_lo = _mm256_loadu_ps(x.scale.as_ptr().add(xb));
-            // the zero point's start values (none for S8, whose codes run signed)
-            let (st_lo, st_hi) = if S8 {
+            // the zero point's start values (none for S8, whose codes run signed, nor for
+            // formats with a min instead of a zero point)
+            let (st_lo, st_hi) = if S8 || !zp {
                 (_mm256_setzero_si256(), _mm256_setzero_si256())
             } else {
                 let sp = x.start.as_ptr().add(xb);
@@ -201,8 +203,25 @@ unsafe fn rows<
                     _mm256_loadu_si256(sp.add(8) as *const __m256i),
                 )
             };
+            let st = _mm256_add_epi32(st_lo, st_hi);
             for c in 0..C {
                 let (lo, hi) = wv[c];
+                if NIB && !PER16 {
+                    // both halves' pair sums fit one i16 (at most 2 · 2 · 15 · 127), so they
+                    // are added before the widening: the same integers as widening each half
+                    let p = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, xlo),
+                        _mm256_maddubs_epi16(hi, xhi),
+                    );
+                    let d = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+                    let d = if zp { _mm256_add_epi32(d, st) } else { d };
+                    acc_r[c] = _mm256_fmadd_ps(
+                        _mm256_cvtepi32_ps(d),
+                        _mm256_mul_ps(sv[c].0, xs_lo),
+                        acc_r[c],
+                    );
+                    continue;
+                }
                 let (dlo, dhi) = if S8 {
                     (
                         dot4(wa[c].0, _mm256_sign_epi8(xlo, lo)),

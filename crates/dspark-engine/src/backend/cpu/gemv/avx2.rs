@@ -91,7 +91,7 @@ const ROW_BLOCK: usize = 64;
 /// AVX-512 one).
 pub(crate) type TileOut = [[f32; 4]; 9];
 
-/// One `nr × nc` tile (at most 3 × 3) of f32 weights at stride `k`, without prefetch: the
+/// One `nr × nc` tile (at most 3 × 3, or 4 × 2) of f32 weights at stride `k`, without prefetch: the
 /// per-output arithmetic of every tile here, for kernels that rebuild f32 weights themselves
 /// (`qexact_avx2.rs`).
 ///
@@ -410,7 +410,7 @@ pub(crate) fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R 
 #[repr(C, align(32))]
 struct Lanes([f32; 8]);
 
-/// Runs the `nr × nc` 3 × 3-family tile.
+/// Runs the `nr × nc` 3 × 3-family tile (also 4 × 1 and 4 × 2, for `qexact_avx2.rs`).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dispatch<T: Load>(
     xp: *const f32,
@@ -429,7 +429,7 @@ unsafe fn dispatch<T: Load>(
             }
         };
     }
-    go!(1, 1; 1, 2; 1, 3; 2, 1; 2, 2; 2, 3; 3, 1; 3, 2; 3, 3)
+    go!(1, 1; 1, 2; 1, 3; 2, 1; 2, 2; 2, 3; 3, 1; 3, 2; 3, 3; 4, 1; 4, 2)
 }
 
 /// Rows `0..R` of `xp` (row stride `k`) against columns `0..C` of `wp`, into `out[r][c]`.

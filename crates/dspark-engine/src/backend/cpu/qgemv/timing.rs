@@ -36,7 +36,7 @@ fn timing_at(n: usize, k: usize) {
             ("portable", portable::tile),
         ];
         for (name, tile) in kernels {
-            for m in [1usize, 4] {
+            for m in [1usize, 2, 4, 8] {
                 let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
                 let rows = quantize_rows(&x, m, &w);
                 let mut out = [[0f32; COL_TILE]; ROW_TILE];
