@@ -206,7 +206,7 @@ unsafe fn rows<
             let st = _mm256_add_epi32(st_lo, st_hi);
             for c in 0..C {
                 let (lo, hi) = wv[c];
-                if NIB && !PER16 {
+                if NIB {
                     // both halves' pair sums fit one i16 (at most 2 · 2 · 15 · 127), so they
                     // are added before the widening: the same integers as widening each half
                     let p = _mm256_add_epi16(
