@@ -27,9 +27,10 @@ pub struct ModelArgs {
     /// reference arithmetic of transformers' GGUF loader).
     #[arg(long)]
     pub dequantize: bool,
-    /// Matmul arithmetic on the CPU: f32 (default) or bf16 (AMX tiles where the CPU has
-    /// AMX-BF16: each matmul's activations rounded to bf16, products summed in f32; verify
-    /// blocks of up to 16 tokens cost about one decode step). Env: DSPARK_MATMUL.
+    /// Matmul arithmetic on the CPU: f32 (default) or bf16 (each matmul's activations rounded
+    /// to bf16, products summed in f32: on AMX tiles where the CPU has AMX-BF16, where verify
+    /// blocks of up to 16 tokens cost about one decode step; else by AVX-512 BF16 dot
+    /// products, as on AMD Zen 4; else f32). Env: DSPARK_MATMUL.
     #[arg(long, value_parser = ["f32", "bf16"])]
     pub matmul: Option<String>,
 }

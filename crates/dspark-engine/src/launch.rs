@@ -125,8 +125,9 @@ pub enum Matmul {
     #[default]
     F32,
     /// Weights and each matmul's activations as bf16, products summed in f32, on AMX tiles
-    /// where the CPU has AMX-BF16 (elsewhere f32): up to 16 rows cost about one, so verify
-    /// blocks are nearly free.
+    /// where the CPU has AMX-BF16 (up to 16 rows cost about one, so verify blocks are nearly
+    /// free), else by AVX-512 BF16 dot products (each row costs half what it does in f32),
+    /// else f32.
     Bf16,
 }
 

@@ -42,8 +42,8 @@ pub enum CandleLinear {
     /// `backend/cpu/qexact.rs` with the
     /// bits of the dense f32 copy (at the quantized file's memory traffic).
     Exact(Arc<QPacked>),
-    /// bf16 weights in AMX tiles (`--matmul bf16`), run by `backend/cpu/bf16_tiles.rs`: the
-    /// activations rounded to bf16, products summed in f32.
+    /// bf16 weights in tiles (`--matmul bf16`), run by `backend/cpu/bf16_tiles.rs` (AMX, or
+    /// AVX-512 BF16 dot products): the activations rounded to bf16, products summed in f32.
     Bf16Tiles(Arc<bf16_tiles::Bf16Tiles>),
     /// GGUF blocks held packed under `--matmul bf16` (`backend/cpu/bf16_rebuild.rs`), rebuilt
     /// into those tiles for each call: the bits of the dequantized weights as bf16 tiles.
@@ -186,9 +186,11 @@ impl CandleBackend {
                 (format!("packed {:?}{tiles}", p.fmt), p.bytes() as u64)
             }
             CandleLinear::Exact(p) => (format!("packed {:?}, exact F32", p.fmt), p.bytes() as u64),
-            CandleLinear::Bf16Tiles(t) => ("BF16 AMX tiles".to_string(), t.bytes() as u64),
+            CandleLinear::Bf16Tiles(t) => {
+                (format!("BF16 {}", bf16_tiles::unit()), t.bytes() as u64)
+            }
             CandleLinear::Bf16Blocks(t) => (
-                format!("packed {:?}, BF16 AMX tiles", t.fmt),
+                format!("packed {:?}, BF16 {}", t.fmt, bf16_tiles::unit()),
                 t.bytes() as u64,
             ),
             CandleLinear::Quant(_) => match host {
@@ -277,7 +279,7 @@ impl CandleBackend {
         aligned(t).map(CandleLinear::Dense)
     }
 
-    /// `host` as bf16 AMX tiles where `--matmul bf16` asked for them and this CPU has them
+    /// `host` as bf16 tiles where `--matmul bf16` asked for them and this CPU runs them
     /// (weights kept quantized by `--keep-quantized` stay so).
     fn bf16_tiles(&self, host: &HostTensor) -> BResult<Option<CandleLinear>> {
         let kept = matches!(host, HostTensor::Ggml(q) if self.keep_quantized && block_quantized(q));

@@ -30,8 +30,9 @@ pub struct CandleBackend {
     /// (`backend/cpu/qexact.rs`: the dense f32 copy's bits) where the CPU has it;
     /// `DSPARK_EXACT_PACKED=0` keeps the dense copy ([`CandleBackend::with_exact_packed`]).
     pub(super) exact_packed: bool,
-    /// Dense and dequantized matmul weights as bf16 AMX tiles, activations rounded to bf16 per
-    /// matmul (`--matmul bf16`; [`CandleBackend::with_bf16_matmul`]), where the CPU has AMX-BF16.
+    /// Dense and dequantized matmul weights as bf16 tiles, activations rounded to bf16 per
+    /// matmul (`--matmul bf16`; [`CandleBackend::with_bf16_matmul`]), where the CPU has
+    /// AMX-BF16 or AVX-512 BF16.
     pub(super) bf16_matmul: bool,
     /// Drafters' heads over exactly packed weights run the exact kernel too, instead of the
     /// faster 8-bit-activation one ([`CandleBackend::with_exact_drafts`]; `DSPARK_EXACT_DRAFTS=1`).
@@ -160,9 +161,10 @@ impl CandleBackend {
         self
     }
 
-    /// Whether matmul weights load as bf16 AMX tiles (`--matmul bf16`: activations rounded to
-    /// bf16 for each matmul, products summed in f32) on CPUs with AMX-BF16; elsewhere, and
-    /// for weights kept quantized, nothing changes. The load report names the tiles.
+    /// Whether matmul weights load as bf16 tiles (`--matmul bf16`: activations rounded to
+    /// bf16 for each matmul, products summed in f32) on CPUs with AMX-BF16 or AVX-512 BF16;
+    /// elsewhere, and for weights kept quantized, nothing changes. The load report names the
+    /// tiles.
     pub fn with_bf16_matmul(mut self, on: bool) -> Self {
         self.bf16_matmul = on;
         self

@@ -44,9 +44,39 @@ fn tile_at(chunks: usize, j: usize, i: usize) -> usize {
     ((p * chunks + c) * (KC / 2) + kk / 2) * 2 * PANEL + 2 * col + kk % 2
 }
 
-/// Whether the bf16 tiles run here: the CPU has AMX-BF16 and Linux granted the tile state.
+/// Whether the bf16 tiles run here: by AMX-BF16 tile multiplies where the CPU has them and
+/// Linux granted the tile state ([`amx`]), else by AVX-512 BF16 dot products
+/// ([`super::bf16_dot`]).
 pub fn available() -> bool {
+    amx() || dot()
+}
+
+/// Whether the tile multiplies run on AMX.
+pub fn amx() -> bool {
     super::amx::granted(super::amx::Unit::Bf16)
+}
+
+/// What runs the tile multiplies here, as the load report names it.
+pub fn unit() -> &'static str {
+    if amx() {
+        "AMX tiles"
+    } else {
+        "tiles by AVX-512 BF16 dot products"
+    }
+}
+
+/// Whether `vdpbf16ps` runs them (no AMX here, AVX-512 BF16 there); read once.
+fn dot() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static DOT: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+            std::env::var("DSPARK_BF16_DOT").map_or(true, |v| v != "0")
+                && super::bf16_dot::available()
+        });
+        *DOT
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// A `[n, k]` weight as bf16 B tiles (see the module docs).
@@ -114,10 +144,10 @@ impl Bf16Tiles {
 }
 
 /// Activations rounded to bf16, rows `stride` values apart (zeros past `k`).
-struct Rows {
-    bits: Vec<u16>,
-    start: usize,
-    stride: usize,
+pub(super) struct Rows {
+    pub(super) bits: Vec<u16>,
+    pub(super) start: usize,
+    pub(super) stride: usize,
 }
 
 fn round_rows(x: &[f32], m: usize, k: usize, chunks: usize, into: &mut Rows) {
@@ -205,7 +235,10 @@ impl TileSource for Bf16Tiles {
 /// lengths.
 pub fn gemm(x: &[f32], m: usize, w: &impl TileSource, y: &mut [f32]) {
     let (n, k, chunks) = w.dims();
-    assert!(available(), "bf16_tiles: no AMX-BF16 tiles here");
+    assert!(
+        available(),
+        "bf16_tiles: neither AMX-BF16 nor AVX-512 BF16 here"
+    );
     assert_eq!(x.len(), m * k, "bf16_tiles: x is not m*k");
     assert_eq!(y.len(), m * n, "bf16_tiles: y is not m*n");
     thread_local! {
@@ -215,11 +248,16 @@ pub fn gemm(x: &[f32], m: usize, w: &impl TileSource, y: &mut [f32]) {
     }
     let mut run = |a: &Rows| {
         super::column_tasks(y, n, n * k * m, |cols| {
-            // SAFETY: `available` checked the tiles and their state; task windows start at
-            // multiples of 16 columns (TASK_ALIGN), so every panel is whole inside one task.
+            // SAFETY: `available` checked the tiles and their state (or AVX-512 BF16); task
+            // windows start at multiples of 16 columns (TASK_ALIGN), so every panel is whole
+            // inside one task.
             #[cfg(target_arch = "x86_64")]
             unsafe {
-                task(w, a, m, cols)
+                if amx() {
+                    task(w, a, m, cols)
+                } else {
+                    super::bf16_dot::task(w, a, m, cols)
+                }
             }
         })
     };
@@ -250,6 +288,36 @@ fn config(rows: usize) -> super::amx::Config {
     c
 }
 
+/// Every chunk of panels `p..p + g` of a rebuilt source, rebuilt once into this thread's
+/// scratch (chunk `c` at `c · g` tiles from the 64-byte aligned `base` that `f` gets), for the
+/// several row passes of a call with more rows than one pass takes.
+///
+/// # Safety
+/// As [`TileSource::chunk`] for each chunk.
+pub(super) unsafe fn rebuilt_group<W: TileSource>(
+    w: &W,
+    p: usize,
+    g: usize,
+    f: impl FnOnce(*mut u16),
+) {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        let chunks = w.dims().2;
+        let len = chunks * g * TILE;
+        if s.len() < len + 32 {
+            s.resize(len + 32, 0);
+        }
+        let base = s.as_mut_ptr().add(line_start(&s));
+        for c in 0..chunks {
+            w.chunk(p, g, c, base.add(c * g * TILE));
+        }
+        f(base)
+    })
+}
+
 /// Chunks between a rebuilt tile's vector stores and its tile load (a tile load of bytes
 /// just stored waits until those stores leave the core), and the ring of buffers they need.
 const LAG: usize = 2;
@@ -264,9 +332,6 @@ struct Ring([[u16; GROUP * TILE]; RING]);
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn task<W: TileSource>(w: &W, a: &Rows, m: usize, cols: &Columns) {
-    thread_local! {
-        static SCRATCH: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
     let panels = cols.j0 / PANEL..cols.j1.div_ceil(PANEL);
     let chunks = w.dims().2;
     // written by a rebuilt source before its tiles are loaded (not zeroed: 12 KiB a call)
@@ -284,16 +349,7 @@ unsafe fn task<W: TileSource>(w: &W, a: &Rows, m: usize, cols: &Columns) {
                 });
             }
         } else {
-            SCRATCH.with(|s| {
-                let mut s = s.borrow_mut();
-                let len = chunks * g * TILE;
-                if s.len() < len + 32 {
-                    s.resize(len + 32, 0);
-                }
-                let base = s.as_mut_ptr().add(line_start(&s));
-                for c in 0..chunks {
-                    w.chunk(p, g, c, base.add(c * g * TILE));
-                }
+            rebuilt_group(w, p, g, |base| {
                 for r0 in (0..m).step_by(ROWS) {
                     let rows = (m - r0).min(ROWS);
                     super::amx::configure(&config(rows));

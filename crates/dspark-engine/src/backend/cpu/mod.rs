@@ -8,6 +8,8 @@ pub mod affine;
 mod amx;
 pub mod attention;
 mod attention_simd;
+#[cfg(target_arch = "x86_64")]
+mod bf16_dot;
 pub mod bf16_rebuild;
 pub mod bf16_tiles;
 pub mod contention;
@@ -77,8 +79,10 @@ pub fn describe() -> String {
         (true, false) => "kept-quantized Q8_0/Q4: VNNI panels",
         _ => "kept-quantized: pair tiles",
     };
-    let bf16 = if bf16_tiles::available() {
+    let bf16 = if bf16_tiles::amx() {
         "--matmul bf16: AMX-BF16 tiles"
+    } else if bf16_tiles::available() {
+        "--matmul bf16: AVX-512 BF16 dot products"
     } else {
         "--matmul bf16: not here (no AMX-BF16; f32 instead)"
     };

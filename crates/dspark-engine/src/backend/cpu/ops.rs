@@ -61,7 +61,7 @@ impl CustomOp2 for Gemv {
     }
 }
 
-/// `x[.., k] · wᵀ -> [.., n]` on bf16 AMX tiles, x f32 (contiguous).
+/// `x[.., k] · wᵀ -> [.., n]` on bf16 tiles (AMX or AVX-512 BF16), x f32 (contiguous).
 pub struct Bf16Gemm<'a, W> {
     pub w: &'a W,
 }

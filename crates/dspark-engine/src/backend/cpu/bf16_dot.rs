@@ -1,0 +1,144 @@
+//! `--matmul bf16` on CPUs with AVX-512 BF16 but no AMX (AMD Zen 4 and later): the same B tiles
+//! and bf16 rows as [`super::bf16_tiles`], multiplied by `vdpbf16ps` instead of tile multiplies.
+//!
+//! Row `r` of a chunk's B tile holds, for each of a panel's 16 columns, the weights `2r` and
+//! `2r + 1`: one 64-byte vector whose 16 lanes are the 16 columns' pairs. Broadcasting a row's
+//! activation pair `(x[2r], x[2r + 1])` to every lane, one `vdpbf16ps` adds each column's two
+//! bf16 products into its f32 lane. Up to [`MAX_ROWS`] rows and 4 panels (64 columns) share
+//! each loaded tile row in registers.
+//!
+//! Batch invariance: every output is one lane's chain over the chunks and tile rows in order,
+//! whatever the rows and panels that share its pass, so a verify block gives the bits of
+//! one-row decode steps. The bits are this instruction's, not AMX's (whose tile multiply sums
+//! in its own order): each CPU kind is consistent with itself. `DSPARK_BF16_DOT=0` leaves this
+//! form out (`--matmul bf16` then runs f32 on such CPUs, as before it existed).
+
+use std::arch::x86_64::*;
+
+use super::bf16_tiles::{rebuilt_group, Rows, TileSource, KC, PANEL, TILE};
+use super::Columns;
+
+/// Rows per pass: 6 rows × 4 panels keep 24 accumulators, 4 tile rows and a broadcast in the
+/// 32 vector registers.
+const MAX_ROWS: usize = 6;
+/// Panels per pass.
+const GROUP: usize = 4;
+
+/// Whether this CPU has AVX-512 BF16 (with F, BW and F16C, which the rebuilt tiles use).
+pub fn available() -> bool {
+    std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("avx512bw")
+        && std::is_x86_feature_detected!("avx512bf16")
+        && std::is_x86_feature_detected!("f16c")
+}
+
+#[repr(C, align(64))]
+struct Chunk([u16; GROUP * TILE]);
+
+/// This task's panels in groups of 4 (a task's last 1-3 one at a time), each in passes of up
+/// to [`MAX_ROWS`] rows. A rebuilt source read by several passes rebuilds the group's tiles
+/// once into a scratch; read by one pass, it rebuilds each chunk just before its multiplies.
+///
+/// # Safety
+/// [`available`]; `a` holds `m` rows rounded for `w`'s chunks; `cols` starts on a panel.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,f16c")]
+pub(super) unsafe fn task<W: TileSource>(w: &W, a: &Rows, m: usize, cols: &Columns) {
+    let panels = cols.j0 / PANEL..cols.j1.div_ceil(PANEL);
+    // balanced passes (8 rows: 4 + 4; 16 rows: 6 + 5 + 5)
+    let per = m.div_ceil(m.div_ceil(MAX_ROWS));
+    let mut buf = std::mem::MaybeUninit::<Chunk>::uninit();
+    let buf = buf.as_mut_ptr() as *mut u16;
+    let mut p = panels.start;
+    while p < panels.end {
+        let g = (panels.end - p).min(GROUP);
+        if g < GROUP {
+            for q in p..p + g {
+                passes::<W, 1>(w, a, m, per, q, cols, |c| w.chunk(q, 1, c, buf));
+            }
+        } else if W::REBUILT && m > per {
+            rebuilt_group(w, p, GROUP, |base| {
+                passes::<W, GROUP>(w, a, m, per, p, cols, |c| {
+                    (base.add(c * GROUP * TILE) as *const u16, TILE)
+                })
+            });
+        } else {
+            passes::<W, GROUP>(w, a, m, per, p, cols, |c| w.chunk(p, GROUP, c, buf));
+        }
+        p += g;
+    }
+}
+
+/// Panels `p..p + G` for every row, in passes of `per` rows; `tiles(c)` gives chunk `c`'s B
+/// tiles (where panel `p`'s lies, and how many u16 on the next panel's is).
+#[inline(always)]
+unsafe fn passes<W: TileSource, const G: usize>(
+    w: &W,
+    a: &Rows,
+    m: usize,
+    per: usize,
+    p: usize,
+    cols: &Columns,
+    mut tiles: impl FnMut(usize) -> (*const u16, usize),
+) {
+    let chunks = w.dims().2;
+    for r0 in (0..m).step_by(per) {
+        let rows = (m - r0).min(per);
+        let t = &mut tiles;
+        match rows {
+            1 => emit(&pass::<1, G>(chunks, a, r0, t), r0, p, cols),
+            2 => emit(&pass::<2, G>(chunks, a, r0, t), r0, p, cols),
+            3 => emit(&pass::<3, G>(chunks, a, r0, t), r0, p, cols),
+            4 => emit(&pass::<4, G>(chunks, a, r0, t), r0, p, cols),
+            5 => emit(&pass::<5, G>(chunks, a, r0, t), r0, p, cols),
+            _ => emit(&pass::<6, G>(chunks, a, r0, t), r0, p, cols),
+        }
+    }
+}
+
+/// Rows `r0..r0 + R` times panels `p..p + G`: one accumulator per row and panel, over the
+/// chunks and their 16 tile rows in order.
+#[inline(always)]
+unsafe fn pass<const R: usize, const G: usize>(
+    chunks: usize,
+    a: &Rows,
+    r0: usize,
+    tiles: &mut impl FnMut(usize) -> (*const u16, usize),
+) -> [[__m512; G]; R] {
+    let mut acc = [[_mm512_setzero_ps(); G]; R];
+    let x = a.bits.as_ptr().add(a.start + r0 * a.stride);
+    for c in 0..chunks {
+        let (b0, ps) = tiles(c);
+        let xc = x.add(c * KC);
+        for r in 0..KC / 2 {
+            let mut b = [_mm512_setzero_si512(); G];
+            for (i, bi) in b.iter_mut().enumerate() {
+                *bi = _mm512_loadu_si512(b0.add(i * ps + r * 2 * PANEL) as *const _);
+            }
+            for (q, row) in acc.iter_mut().enumerate() {
+                let pair = (xc.add(q * a.stride + 2 * r) as *const i32).read_unaligned();
+                let xv: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair));
+                for (s, bi) in row.iter_mut().zip(&b) {
+                    *s = _mm512_dpbf16_ps(*s, xv, std::mem::transmute::<__m512i, __m512bh>(*bi));
+                }
+            }
+        }
+    }
+    acc
+}
+
+/// Writes a pass's sums: row `r0 + q`, panel `p + i`.
+#[inline(always)]
+unsafe fn emit<const R: usize, const G: usize>(
+    acc: &[[__m512; G]; R],
+    r0: usize,
+    p: usize,
+    cols: &Columns,
+) {
+    let mut v = [0f32; PANEL];
+    for (q, row) in acc.iter().enumerate() {
+        for (i, s) in row.iter().enumerate() {
+            _mm512_storeu_ps(v.as_mut_ptr(), *s);
+            cols.set_run(r0 + q, (p + i) * PANEL, &v);
+        }
+    }
+}
