@@ -65,7 +65,7 @@ fn verify_blocks_equal_decode_steps_bit_for_bit_on_tiny_models() {
     for (b, variant) in ["qwen3", "qwen3-tied", "llama", "qwen3-bf16", "qwen3-mlx4"]
         .into_iter()
         .map(|v| (CandleBackend::cpu(), v))
-        // dense f32 and bf16 weights as AMX-BF16 tiles (f32 on CPUs without them)
+        // dense f32 and bf16 weights as bf16 tiles (f32 on CPUs without AMX or AVX-512 BF16)
         .chain(["qwen3", "qwen3-bf16"].map(|v| (CandleBackend::cpu().with_bf16_matmul(true), v)))
     {
         let ck = open_checkpoint(&fixture(&format!("tiny/{variant}"))).unwrap();
@@ -88,7 +88,7 @@ fn verify_blocks_equal_decode_steps_bit_for_bit_on_smollm2() {
             "smollm2 q4_1 kept",
             CandleBackend::cpu().keep_quantized(true),
         ),
-        // Q4_1 blocks rebuilt into AMX-BF16 tiles (f32 on CPUs without them)
+        // Q4_1 blocks rebuilt into bf16 tiles (f32 on CPUs without AMX or AVX-512 BF16)
         (
             "smollm2 bf16 tiles",
             CandleBackend::cpu().with_bf16_matmul(true),

@@ -1,6 +1,6 @@
 //! `--matmul bf16` on the real demo model (SmolLM2-135M-Instruct Q4_1, its blocks rebuilt into
-//! AMX-BF16 tiles for each call; on a CPU without AMX-BF16 the backend runs f32 and these
-//! checks hold there too):
+//! bf16 tiles for each call, multiplied on AMX-BF16 or by AVX-512 BF16 dot products; on a CPU
+//! with neither the backend runs f32 and these checks hold there too):
 //! - on 20 held-out MT-Bench first turns, greedy speculative output equals the bf16 baseline
 //!   token for token with each trained drafter (DFlash b16 and b8, DSpark b7) at its full block
 //!   and with the draft model (the same GGUF kept quantized, 8 drafts);
@@ -52,7 +52,11 @@ fn greedy(b: &CandleBackend, prompts: &[Vec<u32>]) -> Vec<Vec<u32>> {
 #[test]
 fn speculation_on_bf16_tiles_equals_the_bf16_baseline() {
     let b = CandleBackend::cpu().with_bf16_matmul(true);
-    eprintln!("AMX-BF16 tiles here: {}", bf16_tiles::available());
+    eprintln!(
+        "bf16 tiles here: {} (AMX: {})",
+        bf16_tiles::available(),
+        bf16_tiles::amx()
+    );
     let gguf = artefact("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
     let assets = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets/drafters");
     let prompts = prompts(&b);

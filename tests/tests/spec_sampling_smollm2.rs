@@ -26,7 +26,7 @@
 //! N = 44,000 per drafter (hours on 2 cores): `DSPARK_CHI_TRIALS=44000 DSPARK_CHI_TV=0.02
 //! cargo test --release -p dspark-tests --test spec_sampling_smollm2`. Each drafter must also accept drafts (a floor on the mean
 //! number accepted per round), or the test would only exercise the rejection path.
-//! A second test runs DSpark on `--matmul bf16` (AMX-BF16 tiles) against that target's own
+//! A second test runs DSpark on `--matmul bf16` (bf16 tiles) against that target's own
 //! distribution.
 //! The prefix cache between trials is the engine's own: each trial reuses the target's and the
 //! drafter's state for the prompt, as a server request sharing a prefix does.
@@ -372,7 +372,7 @@ fn trained_drafters_sample_exactly_on_smollm2() {
     sample_on(&CandleBackend::cpu().with_exact_drafts(false), "", true);
 }
 
-/// The same test with `--matmul bf16` (AMX-BF16 tiles where the CPU has them): the reference
+/// The same test with `--matmul bf16` (bf16 tiles where the CPU runs them): the reference
 /// distribution is the bf16 target's own, so DSpark's samples must be exact samples of it.
 #[test]
 fn dspark_samples_exactly_on_bf16_tiles() {
