@@ -23,6 +23,11 @@ use super::Columns;
 const MAX_ROWS: usize = 6;
 /// Panels per pass.
 const GROUP: usize = 4;
+/// Up to this many rows (one pass), a rebuilt source's tile rows go straight into the products
+/// ([`TileSource::dot_chunk`]) instead of through a stored tile. On the Zen 4, the demo's forward
+/// over 1 / 3 / 5 tokens took 6.5 / 8.1 / 9.6 ms so, against 6.6 / 9.1-9.3 / 10.9-11.2 with up
+/// to 2 rows so and 6.8-7.1 / 9.2 / 11.0 with stored tiles only.
+const FUSED_ROWS: usize = MAX_ROWS;
 
 /// Whether this CPU has AVX-512 BF16 (with F, BW and F16C, which the rebuilt tiles use).
 pub fn available() -> bool {
@@ -37,7 +42,8 @@ struct Chunk([u16; GROUP * TILE]);
 
 /// This task's panels in groups of 4 (a task's last 1-3 one at a time), each in passes of up
 /// to [`MAX_ROWS`] rows. A rebuilt source read by several passes rebuilds the group's tiles
-/// once into a scratch; read by one pass, it rebuilds each chunk just before its multiplies.
+/// once into a scratch; read by one pass, it rebuilds each tile row in registers just before
+/// its multiplies ([`TileSource::dot_chunk`]).
 ///
 /// # Safety
 /// [`available`]; `a` holds `m` rows rounded for `w`'s chunks; `cols` starts on a panel.
@@ -51,7 +57,15 @@ pub(super) unsafe fn task<W: TileSource>(w: &W, a: &Rows, m: usize, cols: &Colum
     let mut p = panels.start;
     while p < panels.end {
         let g = (panels.end - p).min(GROUP);
-        if g < GROUP {
+        if W::FUSED && m <= FUSED_ROWS {
+            if g < GROUP {
+                for q in p..p + g {
+                    fused::<W, 1>(w, a, m, q, cols);
+                }
+            } else {
+                fused::<W, GROUP>(w, a, m, p, cols);
+            }
+        } else if g < GROUP {
             for q in p..p + g {
                 passes::<W, 1>(w, a, m, per, q, cols, |c| w.chunk(q, 1, c, buf));
             }
@@ -65,6 +79,39 @@ pub(super) unsafe fn task<W: TileSource>(w: &W, a: &Rows, m: usize, cols: &Colum
             passes::<W, GROUP>(w, a, m, per, p, cols, |c| w.chunk(p, GROUP, c, buf));
         }
         p += g;
+    }
+}
+
+/// Panels `p..p + G` for all `m` (up to [`FUSED_ROWS`]) rows of a source that rebuilds its
+/// tile rows in registers ([`TileSource::dot_chunk`]).
+#[inline(always)]
+unsafe fn fused<W: TileSource, const G: usize>(
+    w: &W,
+    a: &Rows,
+    m: usize,
+    p: usize,
+    cols: &Columns,
+) {
+    unsafe fn go<W: TileSource, const R: usize, const G: usize>(
+        w: &W,
+        a: &Rows,
+        p: usize,
+    ) -> [[__m512; G]; R] {
+        let mut acc = [[_mm512_setzero_ps(); G]; R];
+        let x0 = a.bits.as_ptr().add(a.start);
+        for c in 0..w.dims().2 {
+            let x = std::array::from_fn(|q| x0.add(q * a.stride + c * KC));
+            w.dot_chunk::<R, G>(p, c, &x, &mut acc);
+        }
+        acc
+    }
+    match m {
+        1 => emit(&go::<W, 1, G>(w, a, p), 0, p, cols),
+        2 => emit(&go::<W, 2, G>(w, a, p), 0, p, cols),
+        3 => emit(&go::<W, 3, G>(w, a, p), 0, p, cols),
+        4 => emit(&go::<W, 4, G>(w, a, p), 0, p, cols),
+        5 => emit(&go::<W, 5, G>(w, a, p), 0, p, cols),
+        _ => emit(&go::<W, 6, G>(w, a, p), 0, p, cols),
     }
 }
 

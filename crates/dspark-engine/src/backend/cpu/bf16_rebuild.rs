@@ -3,7 +3,8 @@
 //! f32 dequantized value (`d·(q − z) + m`, exact in f32, as the loader computes it), so the
 //! products are those of the dequantized weights held as bf16 tiles, at the quantized file's
 //! memory traffic. Rebuilding costs about 9 vector instructions per tile row of 32 weights;
-//! the tile multiplies after it take every row of a verify block at once.
+//! the tile multiplies after it take every row of a verify block at once. Without AMX, calls of
+//! up to 6 rows multiply each rebuilt tile row in registers ([`QTiles::dots_in_registers`]).
 //!
 //! Layout ([`QTiles`]): for panel `p` (16 columns) and block `c` (32 weights, one GGUF
 //! sub-block), at `(p · chunks + c) · stride`: the codes of the 16 tile rows, then the 16
@@ -163,6 +164,19 @@ fn put_param(at: &mut [u8], v: f32) {
 
 impl TileSource for QTiles {
     const REBUILT: bool = true;
+    const FUSED: bool = true;
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_chunk<const R: usize, const G: usize>(
+        &self,
+        p: usize,
+        c: usize,
+        x: &[*const u16; R],
+        acc: &mut [[std::arch::x86_64::__m512; G]; R],
+    ) {
+        self.dots_in_registers::<R, G>(p, c, x, acc)
+    }
 
     fn dims(&self) -> (usize, usize, usize) {
         (self.n, self.k, self.chunks)
@@ -201,8 +215,20 @@ unsafe fn tile<const NIB: bool, const MIN: bool, const Z: i32>(
     out: *mut u16,
 ) {
     use std::arch::x86_64::*;
+    let sm = scales(rec, fmt);
+    for r in 0..KC / 2 {
+        let v = tile_row::<NIB, MIN, Z>(rec, r, &sm);
+        _mm512_store_si512(out.add(r * 2 * PANEL) as *mut __m512i, v);
+    }
+}
+
+/// A record's scales and mins spread over a tile row's lanes: `[d_lo, d_hi, m_lo, m_hi]`
+/// (lanes 0-15 of a tile row are columns 0-7 twice each, lanes 16-31 columns 8-15).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn scales(rec: *const u8, fmt: QFormat) -> [std::arch::x86_64::__m512; 4] {
+    use std::arch::x86_64::*;
     let cb = code_bytes(fmt);
-    // lanes 0-15 of a tile row: columns 0-7 twice each; lanes 16-31: columns 8-15
     let lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     let hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
     let params = |at: *const u8| {
@@ -212,39 +238,124 @@ unsafe fn tile<const NIB: bool, const MIN: bool, const Z: i32>(
             _mm512_loadu_ps(at as *const f32)
         }
     };
-    let zp = _mm512_set1_epi32(Z);
     let d = params(rec.add(cb));
-    let (dl, dh) = (_mm512_permutexvar_ps(lo, d), _mm512_permutexvar_ps(hi, d));
     let m = params(rec.add(cb + PANEL * param_bytes(fmt)));
-    let (ml, mh) = (_mm512_permutexvar_ps(lo, m), _mm512_permutexvar_ps(hi, m));
-    for r in 0..KC / 2 {
-        let (mut a, mut b) = if NIB {
-            let v = _mm512_cvtepu8_epi32(_mm_loadu_si128(rec.add(16 * r) as *const __m128i));
-            (
-                _mm512_and_si512(v, _mm512_set1_epi32(15)),
-                _mm512_srli_epi32::<4>(v),
-            )
-        } else {
-            let at = rec.add(32 * r);
-            (
-                _mm512_cvtepu8_epi32(_mm_loadu_si128(at as *const __m128i)),
-                _mm512_cvtepu8_epi32(_mm_loadu_si128(at.add(16) as *const __m128i)),
-            )
-        };
-        if Z != 0 {
-            a = _mm512_sub_epi32(a, zp);
-            b = _mm512_sub_epi32(b, zp);
+    [
+        _mm512_permutexvar_ps(lo, d),
+        _mm512_permutexvar_ps(hi, d),
+        _mm512_permutexvar_ps(lo, m),
+        _mm512_permutexvar_ps(hi, m),
+    ]
+}
+
+/// Tile row `r` of a record (32 bf16: weights `2r` and `2r + 1` of the 16 columns), from its
+/// [`scales`] `sm`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn tile_row<const NIB: bool, const MIN: bool, const Z: i32>(
+    rec: *const u8,
+    r: usize,
+    sm: &[std::arch::x86_64::__m512; 4],
+) -> std::arch::x86_64::__m512i {
+    use std::arch::x86_64::*;
+    let (mut a, mut b) = if NIB {
+        let v = _mm512_cvtepu8_epi32(_mm_loadu_si128(rec.add(16 * r) as *const __m128i));
+        (
+            _mm512_and_si512(v, _mm512_set1_epi32(15)),
+            _mm512_srli_epi32::<4>(v),
+        )
+    } else {
+        let at = rec.add(32 * r);
+        (
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(at as *const __m128i)),
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(at.add(16) as *const __m128i)),
+        )
+    };
+    if Z != 0 {
+        let zp = _mm512_set1_epi32(Z);
+        a = _mm512_sub_epi32(a, zp);
+        b = _mm512_sub_epi32(b, zp);
+    }
+    let (fa, fb) = (_mm512_cvtepi32_ps(a), _mm512_cvtepi32_ps(b));
+    let (fa, fb) = if MIN {
+        (
+            _mm512_fmadd_ps(fa, sm[0], sm[2]),
+            _mm512_fmadd_ps(fb, sm[1], sm[3]),
+        )
+    } else {
+        (_mm512_mul_ps(fa, sm[0]), _mm512_mul_ps(fb, sm[1]))
+    };
+    std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(fb, fa))
+}
+
+impl QTiles {
+    /// Chunk `c` of panels `p..p + G` times `R` rows of bf16 activations, added into `acc`
+    /// (row `q`, panel `i` at `acc[q][i]`): each tile row rebuilt in registers and multiplied
+    /// at once (`vdpbf16ps`, row `q`'s pair `r` at `x[q] + 2r`), never stored. Each lane's
+    /// chain runs over the tile rows in order, as [`super::bf16_dot`]'s tile path does, so the
+    /// bits are the same.
+    ///
+    /// # Safety
+    /// AVX-512 F, BW, BF16 and F16C present; panels `p..p + G` and chunk `c` exist; each
+    /// `x[q]` readable for 32 values.
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16,f16c")]
+    pub(super) unsafe fn dots_in_registers<const R: usize, const G: usize>(
+        &self,
+        p: usize,
+        c: usize,
+        x: &[*const u16; R],
+        acc: &mut [[std::arch::x86_64::__m512; G]; R],
+    ) {
+        match self.fmt {
+            QFormat::Q8_0 => self.dot_chunk_as::<false, false, 128, R, G>(p, c, x, acc),
+            QFormat::Q4_0 => self.dot_chunk_as::<true, false, 8, R, G>(p, c, x, acc),
+            _ => self.dot_chunk_as::<true, true, 0, R, G>(p, c, x, acc),
         }
-        let (fa, fb) = (_mm512_cvtepi32_ps(a), _mm512_cvtepi32_ps(b));
-        let (fa, fb) = if MIN {
-            (_mm512_fmadd_ps(fa, dl, ml), _mm512_fmadd_ps(fb, dh, mh))
-        } else {
-            (_mm512_mul_ps(fa, dl), _mm512_mul_ps(fb, dh))
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_chunk_as<
+        const NIB: bool,
+        const MIN: bool,
+        const Z: i32,
+        const R: usize,
+        const G: usize,
+    >(
+        &self,
+        p: usize,
+        c: usize,
+        x: &[*const u16; R],
+        acc: &mut [[std::arch::x86_64::__m512; G]; R],
+    ) {
+        use std::arch::x86_64::*;
+        let rec = |i: usize| {
+            self.records()
+                .as_ptr()
+                .add(((p + i) * self.chunks + c) * self.stride)
         };
-        let bf = _mm512_cvtne2ps_pbh(fb, fa);
-        _mm512_store_si512(
-            out.add(r * 2 * PANEL) as *mut __m512i,
-            std::mem::transmute::<__m512bh, __m512i>(bf),
-        );
+        let mut sm = [[_mm512_setzero_ps(); 4]; G];
+        for (i, s) in sm.iter_mut().enumerate() {
+            let ahead = rec(i).wrapping_add(4 * self.stride);
+            for l in (0..self.stride).step_by(64) {
+                _mm_prefetch::<{ _MM_HINT_T0 }>(ahead.wrapping_add(l) as *const i8);
+            }
+            *s = scales(rec(i), self.fmt);
+        }
+        for r in 0..KC / 2 {
+            let mut b = [_mm512_setzero_si512(); G];
+            for (i, bi) in b.iter_mut().enumerate() {
+                *bi = tile_row::<NIB, MIN, Z>(rec(i), r, &sm[i]);
+            }
+            for (q, row) in acc.iter_mut().enumerate() {
+                let pair = (x[q].add(2 * r) as *const i32).read_unaligned();
+                let xv: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair));
+                for (s, bi) in row.iter_mut().zip(&b) {
+                    *s = _mm512_dpbf16_ps(*s, xv, std::mem::transmute::<__m512i, __m512bh>(*bi));
+                }
+            }
+        }
     }
 }

@@ -213,6 +213,27 @@ pub trait TileSource: Sync {
     /// The CPU has what [`available`] checks; panels `p..p + g` and chunk `c` exist; `buf`
     /// is 64-byte aligned with room for `g` tiles.
     unsafe fn chunk(&self, p: usize, g: usize, c: usize, buf: *mut u16) -> (*const u16, usize);
+
+    /// Whether [`TileSource::dot_chunk`] runs here (a rebuilt source that multiplies its tile
+    /// rows in registers, for the AVX-512 BF16 form's few-row calls).
+    const FUSED: bool = false;
+
+    /// Chunk `c` of panels `p..p + G` times `R` rows of bf16 activations (row `q`'s chunk at
+    /// `x[q]`), added into `acc` (row `q`, panel `i` at `acc[q][i]`); only where
+    /// [`TileSource::FUSED`].
+    ///
+    /// # Safety
+    /// As [`TileSource::chunk`], with AVX-512 BF16.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn dot_chunk<const R: usize, const G: usize>(
+        &self,
+        _p: usize,
+        _c: usize,
+        _x: &[*const u16; R],
+        _acc: &mut [[std::arch::x86_64::__m512; G]; R],
+    ) {
+        unreachable!("dot_chunk on a source without FUSED")
+    }
 }
 
 /// u16 per B tile (1 KiB).

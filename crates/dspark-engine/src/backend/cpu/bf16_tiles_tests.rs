@@ -214,7 +214,7 @@ fn rebuilt_blocks_give_the_dequantized_tiles_bits() {
                 );
             }
             let t = Bf16Tiles::from_f32(&dense, n, k);
-            for m in [1, 5, 16, 19] {
+            for m in [1, 2, 3, 4, 5, 6, 7, 16, 19] {
                 let x = rand_vec(m * k, &mut seed);
                 let (mut yq, mut yt) = (vec![0f32; m * n], vec![0f32; m * n]);
                 gemm(&x, m, &q, &mut yq);
