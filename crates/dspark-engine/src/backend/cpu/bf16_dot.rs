@@ -161,16 +161,28 @@ unsafe fn pass<const R: usize, const G: usize>(
             for (i, bi) in b.iter_mut().enumerate() {
                 *bi = _mm512_loadu_si512(b0.add(i * ps + r * 2 * PANEL) as *const _);
             }
-            for (q, row) in acc.iter_mut().enumerate() {
-                let pair = (xc.add(q * a.stride + 2 * r) as *const i32).read_unaligned();
-                let xv: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair));
-                for (s, bi) in row.iter_mut().zip(&b) {
-                    *s = _mm512_dpbf16_ps(*s, xv, std::mem::transmute::<__m512i, __m512bh>(*bi));
-                }
-            }
+            add_tile_row(&mut acc, &b, |q| xc.add(q * a.stride + 2 * r));
         }
     }
     acc
+}
+
+/// One tile row `b` of `G` panels (16 columns' weight pairs each) times `R` rows' activation
+/// pairs (row `q`'s at `pair(q)`), added into `acc[q][i]`: the step every lane's chain takes
+/// once per tile row, whether the row was loaded from a tile or rebuilt in registers.
+#[inline(always)]
+pub(super) unsafe fn add_tile_row<const R: usize, const G: usize>(
+    acc: &mut [[__m512; G]; R],
+    b: &[__m512i; G],
+    pair: impl Fn(usize) -> *const u16,
+) {
+    for (q, row) in acc.iter_mut().enumerate() {
+        let xv: __m512bh =
+            std::mem::transmute(_mm512_set1_epi32((pair(q) as *const i32).read_unaligned()));
+        for (s, bi) in row.iter_mut().zip(b) {
+            *s = _mm512_dpbf16_ps(*s, xv, std::mem::transmute::<__m512i, __m512bh>(*bi));
+        }
+    }
 }
 
 /// Writes a pass's sums: row `r0 + q`, panel `p + i`.

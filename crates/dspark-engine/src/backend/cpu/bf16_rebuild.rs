@@ -106,6 +106,26 @@ impl QTiles {
         &self.codes[self.start..]
     }
 
+    /// The record of panel `p`, chunk `c`, with the panel's records a few chunks ahead
+    /// prefetched (each panel is one sequential stream).
+    ///
+    /// # Safety
+    /// Panel `p` and chunk `c` exist.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn record_ahead(&self, p: usize, c: usize) -> *const u8 {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let rec = self
+            .records()
+            .as_ptr()
+            .add((p * self.chunks + c) * self.stride);
+        let ahead = rec.wrapping_add(4 * self.stride);
+        for l in (0..self.stride).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(l) as *const i8);
+        }
+        rec
+    }
+
     /// Row `j` of the weight as its f32 dequantized values (a tied embedding's lookup).
     pub fn dequantize_row(&self, j: usize) -> Vec<f32> {
         let (p, col) = (j / PANEL, j % PANEL);
@@ -185,16 +205,8 @@ impl TileSource for QTiles {
     unsafe fn chunk(&self, p: usize, g: usize, c: usize, buf: *mut u16) -> (*const u16, usize) {
         #[cfg(target_arch = "x86_64")]
         for i in 0..g {
-            let at = ((p + i) * self.chunks + c) * self.stride;
-            let rec = self.records().as_ptr().add(at);
+            let rec = self.record_ahead(p + i, c);
             let out = buf.add(i * TILE);
-            // the next chunks' records, a few tiles ahead in each panel's stream
-            let ahead = rec.wrapping_add(4 * self.stride);
-            for l in (0..self.stride).step_by(64) {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    ahead.wrapping_add(l) as *const i8,
-                );
-            }
             match self.fmt {
                 QFormat::Q8_0 => tile::<false, false, 128>(rec, self.fmt, out),
                 QFormat::Q4_0 => tile::<true, false, 8>(rec, self.fmt, out),
@@ -331,31 +343,19 @@ impl QTiles {
         acc: &mut [[std::arch::x86_64::__m512; G]; R],
     ) {
         use std::arch::x86_64::*;
-        let rec = |i: usize| {
-            self.records()
-                .as_ptr()
-                .add(((p + i) * self.chunks + c) * self.stride)
-        };
+        // plain loops, not closures, around the vector code (kept in this feature context)
+        let mut recs = [std::ptr::null::<u8>(); G];
         let mut sm = [[_mm512_setzero_ps(); 4]; G];
-        for (i, s) in sm.iter_mut().enumerate() {
-            let ahead = rec(i).wrapping_add(4 * self.stride);
-            for l in (0..self.stride).step_by(64) {
-                _mm_prefetch::<{ _MM_HINT_T0 }>(ahead.wrapping_add(l) as *const i8);
-            }
-            *s = scales(rec(i), self.fmt);
+        for (i, (rec, s)) in recs.iter_mut().zip(&mut sm).enumerate() {
+            *rec = self.record_ahead(p + i, c);
+            *s = scales(*rec, self.fmt);
         }
         for r in 0..KC / 2 {
             let mut b = [_mm512_setzero_si512(); G];
-            for (i, bi) in b.iter_mut().enumerate() {
-                *bi = tile_row::<NIB, MIN, Z>(rec(i), r, &sm[i]);
+            for ((bi, rec), s) in b.iter_mut().zip(&recs).zip(&sm) {
+                *bi = tile_row::<NIB, MIN, Z>(*rec, r, s);
             }
-            for (q, row) in acc.iter_mut().enumerate() {
-                let pair = (x[q].add(2 * r) as *const i32).read_unaligned();
-                let xv: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair));
-                for (s, bi) in row.iter_mut().zip(&b) {
-                    *s = _mm512_dpbf16_ps(*s, xv, std::mem::transmute::<__m512i, __m512bh>(*bi));
-                }
-            }
+            super::bf16_dot::add_tile_row(acc, &b, |q| x[q].add(2 * r));
         }
     }
 }
