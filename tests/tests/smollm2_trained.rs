@@ -9,9 +9,9 @@
 //!   (tests/fixtures/spec/smollm2_trained_rounds.json, first 10 prompts) on the prompts where
 //!   both greedy runs agree;
 //! - the mean accept length on the fixed first 10 prompts stays above a floor of 0.9x the value
-//!   measured when the drafters were shipped (DFlash b16 / b8 1.781 / 1.789 since the tenth
-//!   training run, DSpark 1.904 since the eleventh, at 40 tokens; dspark's rounds equal the
-//!   evaluator's on all 10).
+//!   measured when the drafters were shipped (DFlash b16 / b8 1.789 / 1.801 since the
+//!   thirteenth training run, DSpark 1.904 since the eleventh, at 40 tokens; dspark's rounds
+//!   equal the evaluator's on all 10).
 
 use std::path::PathBuf;
 
@@ -110,12 +110,12 @@ fn trained_drafters_equal_baseline_and_match_the_evaluator() {
         Case {
             drafter: "smollm2-135m-dflash-b16",
             mode: Mode::Dflash,
-            floor: 1.60,
+            floor: 1.61,
         },
         Case {
             drafter: "smollm2-135m-dflash-b8",
             mode: Mode::Dflash,
-            floor: 1.61,
+            floor: 1.62,
         },
         Case {
             drafter: "smollm2-135m-dspark-b7",
