@@ -156,15 +156,54 @@ unsafe fn pass<const R: usize, const G: usize>(
     for c in 0..chunks {
         let (b0, ps) = tiles(c);
         let xc = x.add(c * KC);
-        for r in 0..KC / 2 {
-            let mut b = [_mm512_setzero_si512(); G];
-            for (i, bi) in b.iter_mut().enumerate() {
-                *bi = _mm512_loadu_si512(b0.add(i * ps + r * 2 * PANEL) as *const _);
-            }
-            add_tile_row(&mut acc, &b, |q| xc.add(q * a.stride + 2 * r));
-        }
+        add_chunk(&mut acc, b0, ps, |q| xc.add(q * a.stride));
     }
     acc
+}
+
+/// One chunk's stored B tiles of `G` panels (panel `i`'s at `b0 + i · ps`) times `R` rows'
+/// chunk of activations (row `q`'s at `x(q)`), added into `acc`, tile row by tile row.
+#[inline(always)]
+unsafe fn add_chunk<const R: usize, const G: usize>(
+    acc: &mut [[__m512; G]; R],
+    b0: *const u16,
+    ps: usize,
+    x: impl Fn(usize) -> *const u16,
+) {
+    for r in 0..KC / 2 {
+        let mut b = [_mm512_setzero_si512(); G];
+        for (i, bi) in b.iter_mut().enumerate() {
+            *bi = _mm512_loadu_si512(b0.add(i * ps + r * 2 * PANEL) as *const _);
+        }
+        add_tile_row(acc, &b, |q| x(q).add(2 * r));
+    }
+}
+
+/// [`TileSource::dot_chunk`] for any source: chunk `c`'s tiles of panels `p..p + G` (up to
+/// [`GROUP`]) taken from [`TileSource::chunk`], then multiplied as a pass multiplies them, so
+/// the bits equal the passes' (test `tiles_dot_chunk_gives_the_passes_bits`).
+///
+/// # Safety
+/// As [`TileSource::dot_chunk`].
+#[inline(always)]
+pub(super) unsafe fn dot_chunk_from_tiles<
+    W: TileSource + ?Sized,
+    const R: usize,
+    const G: usize,
+>(
+    w: &W,
+    p: usize,
+    c: usize,
+    x: &[*const u16; R],
+    acc: &mut [[__m512; G]; R],
+) {
+    assert!(
+        G <= GROUP,
+        "bf16_dot: more panels than a chunk buffer holds"
+    );
+    let mut buf = std::mem::MaybeUninit::<Chunk>::uninit();
+    let (b0, ps) = w.chunk(p, G, c, buf.as_mut_ptr() as *mut u16);
+    add_chunk(acc, b0, ps, |q| x[q]);
 }
 
 /// One tile row `b` of `G` panels (16 columns' weight pairs each) times `R` rows' activation

@@ -214,25 +214,28 @@ pub trait TileSource: Sync {
     /// is 64-byte aligned with room for `g` tiles.
     unsafe fn chunk(&self, p: usize, g: usize, c: usize, buf: *mut u16) -> (*const u16, usize);
 
-    /// Whether [`TileSource::dot_chunk`] runs here (a rebuilt source that multiplies its tile
-    /// rows in registers, for the AVX-512 BF16 form's few-row calls).
+    /// Whether the AVX-512 BF16 form's few-row calls go chunk by chunk through
+    /// [`TileSource::dot_chunk`] (a rebuilt source that multiplies its tile rows in registers)
+    /// rather than in passes over stored tiles. Either way gives the same bits.
     const FUSED: bool = false;
 
-    /// Chunk `c` of panels `p..p + G` times `R` rows of bf16 activations (row `q`'s chunk at
-    /// `x[q]`), added into `acc` (row `q`, panel `i` at `acc[q][i]`); only where
-    /// [`TileSource::FUSED`].
+    /// Chunk `c` of panels `p..p + G` (`G` up to 4) times `R` rows of bf16 activations (row
+    /// `q`'s chunk at `x[q]`), added into `acc` (row `q`, panel `i` at `acc[q][i]`). The
+    /// default multiplies the tiles [`TileSource::chunk`] gives; a source that rebuilds its
+    /// tile rows in registers overrides it.
     ///
     /// # Safety
     /// As [`TileSource::chunk`], with AVX-512 BF16.
     #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
     unsafe fn dot_chunk<const R: usize, const G: usize>(
         &self,
-        _p: usize,
-        _c: usize,
-        _x: &[*const u16; R],
-        _acc: &mut [[std::arch::x86_64::__m512; G]; R],
+        p: usize,
+        c: usize,
+        x: &[*const u16; R],
+        acc: &mut [[std::arch::x86_64::__m512; G]; R],
     ) {
-        unreachable!("dot_chunk on a source without FUSED")
+        super::bf16_dot::dot_chunk_from_tiles(self, p, c, x, acc)
     }
 }
 
