@@ -9,8 +9,8 @@
 //!   (tests/fixtures/spec/smollm2_trained_rounds.json, first 10 prompts) on the prompts where
 //!   both greedy runs agree;
 //! - the mean accept length on the fixed first 10 prompts stays above a floor of 0.9x the value
-//!   measured when the drafters were shipped (DFlash b16 / b8 1.789 / 1.801 since the
-//!   thirteenth training run, DSpark 1.904 since the eleventh, at 40 tokens; dspark's rounds
+//!   measured when the drafters were shipped (DFlash b16 / b8 1.854 / 1.811 since the
+//!   fifteenth training run, DSpark 1.904 since the eleventh, at 40 tokens; dspark's rounds
 //!   equal the evaluator's on all 10).
 
 use std::path::PathBuf;
@@ -110,7 +110,7 @@ fn trained_drafters_equal_baseline_and_match_the_evaluator() {
         Case {
             drafter: "smollm2-135m-dflash-b16",
             mode: Mode::Dflash,
-            floor: 1.61,
+            floor: 1.66,
         },
         Case {
             drafter: "smollm2-135m-dflash-b8",
