@@ -10,6 +10,10 @@ curves into docs/, and writes the two files made from the evaluator's output:
                                            ckpt/{eval.json,train_log.json,loss.png},
                                            data_u16.json, log, and dflash/dspark.safetensors
 
+A run that generated no data (run_h200.sh reused kept data sets) has no data_u16.json of its
+own: DATA_JSON=A.json[,B.json] names the kept sets' records (gen_data.py's .json beside each
+.npz), in the order the run read the sets, and their join is written to RUN_DIR/data_u16.json.
+
 A run that trained one drafter (train.py --which) ships that one: the other stays as it is in the
 tree, and its rows in both files come from the same evaluation's `shipped_*` entries
 (run_h200.sh with EVAL_SHIPPED=1), which evaluated the drafters in the tree on the same greedy
@@ -53,13 +57,31 @@ def write_config(dir_, cfg):
         f.write("\n")
 
 
+def run_data(run):
+    """The run's data record: its own data_u16.json, else the join of the $DATA_JSON records."""
+    path = os.path.join(run, "data_u16.json")
+    names = [p for p in os.environ.get("DATA_JSON", "").split(",") if p]
+    if not names:
+        if not os.path.isfile(path):
+            sys.exit(f"ship.py: {path} is missing; a run on kept data sets needs DATA_JSON=A.json[,B.json]")
+        return json.load(open(path))
+    sets = [json.load(open(p)) for p in names]
+    joined = {"about": f"no generation: {len(sets)} kept data set(s) joined in this order, seeds "
+                       + ", ".join(str(s.get("seed")) for s in sets),
+              **{k: sum(s[k] for s in sets) for k in ("seqs", "tokens", "response_tokens")},
+              "sets": sets}
+    with open(path, "w") as f:
+        json.dump(joined, f, indent=1)
+    return joined
+
+
 def main():
     global GPU
     run = sys.argv[1]
     GPU = sys.argv[2] if len(sys.argv) > 2 else "H200"
     ev = json.load(open(os.path.join(run, "ckpt", "eval.json")))
     tl = json.load(open(os.path.join(run, "ckpt", "train_log.json")))
-    data = json.load(open(os.path.join(run, "data_u16.json")))
+    data = run_data(run)
     summary = tl["summary"] if "summary" in tl else {k: v for k, v in tl.items() if k != "log"}
 
     dst = os.path.join(ROOT, "assets", "drafters")
