@@ -5,7 +5,9 @@ drafts a round, for
 - lookup alone: at each anchor, the tokens that followed the latest earlier occurrence of the
   last two tokens (prompt and response so far), cut to the known context; no match, no drafts;
 - each trained drafter alone (evaluate.accept_runs);
-- drafter + lookup: the lookup's drafts where a match exists, else the drafter's.
+- drafter + lookup: the lookup's drafts where a match exists, else the drafter's;
+- drafter, then lookup after D: the drafter's first D drafts, then, where the context with them
+  has a match, the lookup's drafts after them, else the drafter's rest (D = 1, 2).
 Also the share of anchors with a match. CPU is enough (20 + 20 prompts x 128 tokens: under 3 min on 2 cores).
 
   python scripts/train/lookup_walk.py --gguf-dir DIR [--prompts 20] [--max-new 128] --out OUT.json
@@ -45,6 +47,20 @@ def lookup_runs(seq, n, width):
             else:
                 break
         out.append((True, acc))
+    return out
+
+
+def extend(m, lk, d):
+    """Accepted drafts at each anchor when the drafter's first d drafts are followed by the
+    lookup's where the context through them (the target's tokens, once they are accepted) has a
+    match, else by the drafter's rest."""
+    out = []
+    for p, run in enumerate(m):
+        q = p + d
+        if run < d or q >= len(lk) or not lk[q][0]:
+            out.append(run)
+        else:
+            out.append(d + lk[q][1])
     return out
 
 
@@ -94,6 +110,9 @@ def main():
                 row[f"{name}_cap{cap}"] = tau(runs[name], resps, a.max_new, cap)
                 both = [[n if h else m_ for (h, n), m_ in zip(x, m)] for x, m in zip(lk, runs[name])]
                 row[f"{name}+lookup_cap{cap}"] = tau(both, resps, a.max_new, cap)
+                for d in (1, 2):
+                    row[f"{name}+lookup_after{d}_cap{cap}"] = tau(
+                        [extend(m, x, d) for x, m in zip(lk, runs[name])], resps, a.max_new, cap)
         result["sets"][sname] = row
         print(sname, json.dumps(row), flush=True)
     result["seconds"] = round(time.time() - t0, 1)
