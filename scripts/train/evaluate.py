@@ -93,6 +93,16 @@ def walk(m, resp, max_new, cap):
     return rounds
 
 
+def mean_tau(runs, resps, max_new, cap):
+    """Tokens per round over every prompt's walk (accept runs `runs[i]` over greedy `resps[i]`)."""
+    toks = rounds = 0
+    for m, r in zip(runs, resps):
+        w = walk(m, r, max_new, cap)
+        toks += sum(w)
+        rounds += len(w)
+    return toks / max(1, rounds)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gguf-dir", required=True)
@@ -148,12 +158,7 @@ def main():
             caps = {}
             for cap in range(1, width + 1):
                 for mn in sorted({a.max_new, a.rounds_max_new}):
-                    toks = rounds = 0
-                    for m, r in zip(per[name], resps):
-                        w = walk(m, r, mn, cap)
-                        toks += sum(w)
-                        rounds += len(w)
-                    caps[f"cap{cap}_max{mn}"] = round(toks / max(1, rounds), 4)
+                    caps[f"cap{cap}_max{mn}"] = round(mean_tau(per[name], resps, mn, cap), 4)
             res[name] = caps
             full = caps[f"cap{width}_max{a.max_new}"]
             print(f"  {sname} {name}: tau(full block, max_new {a.max_new}) = {full:.3f}", flush=True)

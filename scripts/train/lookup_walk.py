@@ -65,12 +65,7 @@ def extend(m, lk, d):
 
 
 def tau(runs, resps, max_new, cap):
-    toks = rounds = 0
-    for m, r in zip(runs, resps):
-        w = ev.walk(m, r, max_new, cap)
-        toks += sum(w)
-        rounds += len(w)
-    return round(toks / max(1, rounds), 3)
+    return round(ev.mean_tau(runs, resps, max_new, cap), 3)
 
 
 def main():
