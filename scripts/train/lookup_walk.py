@@ -11,6 +11,8 @@ drafts a round, for
 Also the share of anchors with a match. CPU is enough (20 + 20 prompts x 128 tokens: under 3 min on 2 cores).
 
   python scripts/train/lookup_walk.py --gguf-dir DIR [--prompts 20] [--max-new 128] --out OUT.json
+with a Python that has torch, transformers and gguf (as evaluate.py); DIR holds the demo GGUF (or a
+link to it), beside which common.load_target writes its f32 copy on the first run.
 """
 from __future__ import annotations
 
