@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Cross-builds `dspark` and the CUDA test binaries (golden_tiny, spec_greedy, spec_golden,
-# batch_invariance, draft_vocab of dspark-tests, feature `cuda`) with the candle CUDA backend on a machine without a GPU, for the
+# batch_invariance, draft_vocab, lookup_greedy of dspark-tests, feature `cuda`) with the candle CUDA backend on a machine without a GPU, for the
 # H200 benchmark box (no Rust there; docs/cuda.md says how to carry and run them).
 # - CUDA 13.0 toolkit pieces come from PyPI nvidia-* wheels (nvcc 13.0.88 = the H200's driver
 #   level; PTX from a newer nvcc would not load there) into target/cudatk.
@@ -128,7 +128,7 @@ EOF
   # server's HTTP stack, which the feature does not touch (2m58s cold in CI, 5-7 min with it).
   FEAT=(-p dspark-engine -p dspark-tests --features dspark-engine/cuda,dspark-tests/cuda)
   SEL=(--lib --test golden_tiny --test spec_greedy --test spec_golden --test batch_invariance
-    --test draft_vocab)
+    --test draft_vocab --test lookup_greedy)
   if [ $LINT = 1 ]; then
     cargo clippy "${CFG[@]}" --config "patch.crates-io.candle-kernels.path=\"$KDST\"" "${FEAT[@]}" \
       "${SEL[@]}" -- -D warnings
@@ -139,7 +139,7 @@ EOF
 fi
 # one cargo run for the CLI and the three test binaries, so every crate is built once
 cargo build --release "${CFG[@]}" "${FEAT[@]}" --bin dspark --test golden_tiny --test spec_greedy \
-  --test spec_golden --test batch_invariance --test draft_vocab --message-format=json-render-diagnostics >"$OUT/build-messages.json"
+  --test spec_golden --test batch_invariance --test draft_vocab --test lookup_greedy --message-format=json-render-diagnostics >"$OUT/build-messages.json"
 mkdir -p "$OUT/bin"
 python3 - "$OUT/build-messages.json" "$OUT/bin" <<'EOF'
 import json, os, shutil, sys
@@ -155,6 +155,6 @@ EOF
 # one solid xz stream with a window larger than a binary, so the PTX and code the four binaries
 # share is stored once (the carry limit is 64 MiB together with the working tree)
 mkdir -p "$OUT/carry"
-tar -C "$OUT/bin" -cf - dspark golden_tiny spec_greedy spec_golden batch_invariance draft_vocab |
+tar -C "$OUT/bin" -cf - dspark golden_tiny spec_greedy spec_golden batch_invariance draft_vocab lookup_greedy |
   xz -T1 --lzma2=preset=6,dict=256MiB >"$OUT/carry/cuda-bins.tar.xz"
 ls -la "$OUT/carry/cuda-bins.tar.xz"

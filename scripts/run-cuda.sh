@@ -35,6 +35,11 @@
 #          (--draft-vocab 32768: their heads score a fifth of the 151,936 ids) plus each
 #          prompt's ids (the default), without them (DSPARK_DRAFT_VOCAB_PROMPT=0), and with the
 #          whole vocabulary (--draft-vocab 0), alternated VOCAB_REPS (2) times in one call
+#   --demo: the demo model (the SmolLM2 GGUF: $DEMO_GGUF, else joined from /tmp/w/part_a..e) with
+#          its trained DFlash b16 and DSpark b7 drafters at the default draft count, prompt
+#          lookup off then on, on the chat-templated prompt ids $DEMO_IDS/ids-{mtbench,humaneval}.json
+#          (default /tmp/w; written on the CPU machine by `dspark bench --emit-prompt-ids`);
+#          the runs are joined into $OUT/demo.json
 #   --spec: only the two oracle runs of --q8b (DFlash- and DSpark-shaped drafters, tau 2, 4, 6.5)
 #   --vs-hf: dspark's baseline decode and HF transformers (static cache, then torch.compile
 #            reduce-overhead) on the same checkpoint and ids at 1024 and 8192 context, one call
@@ -43,7 +48,7 @@
 # target/cuda/run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 VER=0 PDL=0 QKV1=0 GLU=0 PRE=0 GRAPHS=0 SPEC=0 CLU=0 H2=0 MARKOV=0 VOCAB=0 PACK=target/cuda/carry/cuda-bins.tar.xz
+DEMO=0 Q8B=0 HF=0 TESTS=1 PROF=0 VSHF=0 VER=0 PDL=0 QKV1=0 GLU=0 PRE=0 GRAPHS=0 SPEC=0 CLU=0 H2=0 MARKOV=0 VOCAB=0 PACK=target/cuda/carry/cuda-bins.tar.xz
 for a in "$@"; do
   case $a in
     --q8b) Q8B=1 ;;
@@ -62,6 +67,7 @@ for a in "$@"; do
     --spec) SPEC=1 ;;
     --markov) MARKOV=1 ;;
     --vocab) VOCAB=1 ;;
+    --demo) DEMO=1 ;;
     *) PACK=$a ;;
   esac
 done
@@ -89,7 +95,7 @@ export DSPARK_TESTS_DIR=$PWD/tests
   ldd $BIN/dspark | grep -i "cuda\|not found"
 } 2>&1 | tee -a "$LOG/tests.txt"
 fails=0
-for t in $([ $TESTS = 1 ] && echo golden_tiny spec_greedy spec_golden batch_invariance draft_vocab); do
+for t in $([ $TESTS = 1 ] && echo golden_tiny spec_greedy spec_golden batch_invariance draft_vocab lookup_greedy); do
   echo "== $t" | tee -a "$LOG/tests.txt"
   # batch_invariance, draft_vocab: their CUDA tests only (the others read CPU artefacts the GPU
   # box lacks)
@@ -110,6 +116,31 @@ T=tests/fixtures/spec/models
     --out /tmp/bench_tiny.json
 } >>"$LOG/tests.txt" 2>&1
 tail -25 "$LOG/tests.txt"
+if [ $DEMO = 1 ]; then
+  G=${DEMO_GGUF:-/tmp/w/demo.gguf}
+  [ -f "$G" ] || cat /tmp/w/part_a /tmp/w/part_b /tmp/w/part_c /tmp/w/part_d /tmp/w/part_e >"$G" || exit 3
+  md5sum "$G" | tee -a "$LOG/demo.txt"
+  mkdir -p /tmp/demo
+  for set in mtbench humaneval; do
+    for run in "dflash assets/drafters/smollm2-135m-dflash-b16" "dspark assets/drafters/smollm2-135m-dspark-b7"; do
+      read -r mode drafter <<<"$run"
+      for lk in false true; do
+        echo "== $set $mode lookup $lk" >>"$LOG/demo.txt"
+        timeout 150 $BIN/dspark bench --model "$G" --device cuda --mode $mode --drafter $drafter \
+          --prompt-ids "${DEMO_IDS:-/tmp/w}/ids-$set.json" --max-tokens 128 --lookup $lk \
+          --mem-bandwidth-gbs "${DEMO_BW:-3350}" --out /tmp/demo/$set-$mode-$lk.json >>"$LOG/demo.txt" 2>&1
+        tail -2 "$LOG/demo.txt"
+      done
+    done
+  done
+  python3 - "$LOG/demo.json" /tmp/demo/*.json <<'PY'
+import json, os, sys
+runs = {os.path.basename(p)[:-5]: json.load(open(p)) for p in sys.argv[2:]}
+for r in runs.values():
+    r["baseline"].pop("ids", None)
+json.dump(runs, open(sys.argv[1], "w"), indent=1)
+PY
+fi
 if [ $Q8B = 1 ] || [ $SPEC = 1 ]; then
   checkpoint
   B="$BIN/dspark bench --model $M --device cuda --dtype bf16 --mem-bandwidth-gbs 4130"

@@ -37,6 +37,7 @@ fn greedy(b: &CandleBackend, prompts: &[Vec<u32>]) -> Vec<Vec<u32>> {
     let one = SpecParams {
         max_draft: 1,
         confidence_threshold: 0.0,
+        lookup: false,
     };
     let mut base = Pipeline::new(lm, Mode::Baseline, None, one).unwrap();
     prompts
@@ -87,6 +88,7 @@ fn speculation_on_bf16_tiles_equals_the_bf16_baseline() {
         let spec = SpecParams {
             max_draft,
             confidence_threshold: 0.0,
+            lookup: false,
         };
         let mut pipe = Pipeline::new(lm, mode, Some(d), spec).unwrap();
         let params = GenParams {

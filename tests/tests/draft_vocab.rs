@@ -60,6 +60,7 @@ fn run_spec<B: Backend>(
     let s = SpecParams {
         max_draft: c.cap,
         confidence_threshold: 0.0,
+        lookup: false,
     };
     d.truncate(0);
     let mut rec = Recorder::new(d);

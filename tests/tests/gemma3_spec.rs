@@ -40,6 +40,7 @@ fn draft_model_equals_baseline_on_mtbench_with_a_wrapping_window() {
     let spec = SpecParams {
         max_draft: 4,
         confidence_threshold: 0.0,
+        lookup: false,
     };
     let (mut tokens, mut rounds, mut dropped) = (0usize, 0usize, 0);
     for line in questions.lines().take(10) {
@@ -111,6 +112,7 @@ fn prefix_cache_reuse_is_exact_with_sliding_layers() {
         SpecParams {
             max_draft: 4,
             confidence_threshold: 0.0,
+            lookup: false,
         },
     )
     .unwrap();

@@ -113,6 +113,7 @@ fn draft_model_greedy_equals_baseline_across_the_window_on<B: Backend>(b: B) {
                     &SpecParams {
                         max_draft: cap,
                         confidence_threshold: 0.0,
+                        lookup: false,
                     },
                     &mut Vec::new(),
                 )

@@ -35,6 +35,7 @@ fn run<B: Backend>(
     let spec = SpecParams {
         max_draft: 64,
         confidence_threshold: thr,
+        lookup: false,
     };
     let r = decode::generate(
         t,

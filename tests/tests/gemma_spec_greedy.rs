@@ -99,6 +99,7 @@ fn gemma_spec_greedy_equals_baseline_on<B: Backend>(b: B) {
                     &SpecParams {
                         max_draft: cap,
                         confidence_threshold: 0.0,
+                        lookup: false,
                     },
                     &mut Vec::new(),
                 )

@@ -89,6 +89,7 @@ fn check_variant<B: Backend>(b: &B, variant: &str) {
         let spec = SpecParams {
             max_draft: 4,
             confidence_threshold: 0.0,
+            lookup: false,
         };
         let sp = decode::generate(
             &t,

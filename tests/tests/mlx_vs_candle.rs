@@ -126,6 +126,7 @@ fn speculative_greedy_on_mlx_equals_candle_baseline() {
     let spec = SpecParams {
         max_draft: 4,
         confidence_threshold: 0.0,
+        lookup: false,
     };
     let r = decode::generate(
         &m.model,
@@ -150,6 +151,7 @@ fn speculative_greedy_on_mlx_equals_candle_baseline() {
     let spec = SpecParams {
         max_draft: 64,
         confidence_threshold: 0.0,
+        lookup: false,
     };
     for case in serde_json::from_str::<serde_json::Value>(
         &std::fs::read_to_string(fixture("spec/golden_mlx.json")).unwrap(),

@@ -44,6 +44,7 @@ fn pipeline(mode: Mode, cache: Option<PrefixCacheConfig>) -> Pipeline<CandleBack
         SpecParams {
             max_draft: 6,
             confidence_threshold: 0.0,
+            lookup: false,
         },
     )
     .unwrap();

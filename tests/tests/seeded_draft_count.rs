@@ -27,7 +27,7 @@ fn pipeline(mode: Mode, drafter: &str) -> Pipeline<CandleBackend> {
     )
     .unwrap();
     // no configured count: the default, chosen round by round
-    let spec = policy::spec_params(mode, None, 0.0);
+    let spec = policy::spec_params(mode, None, 0.0, false);
     assert!(policy::chooses_draft_count(mode, spec.max_draft));
     Pipeline::new(lm, mode, Some(d), spec).unwrap()
 }

@@ -37,6 +37,7 @@ fn draft_model_equals_baseline_on_mtbench() {
         SpecParams {
             max_draft: 4,
             confidence_threshold: 0.0,
+            lookup: false,
         },
     )
     .unwrap();

@@ -11,7 +11,9 @@
 //! - the mean accept length on the fixed first 10 prompts stays above a floor of 0.9x the value
 //!   measured when the drafters were shipped (DFlash b16 / b8 1.854 / 1.811 since the
 //!   fifteenth training run, DSpark 1.904 since the eleventh, at 40 tokens; dspark's rounds
-//!   equal the evaluator's on all 10).
+//!   equal the evaluator's on all 10);
+//! - with prompt lookup after each round's first draft (DFlash b8 and DSpark, 20 prompts), the
+//!   output still equals the baseline's, and lookup drafts fill at least 5% of the rounds.
 
 use std::path::PathBuf;
 
@@ -81,6 +83,7 @@ fn trained_drafters_equal_baseline_and_match_the_evaluator() {
     let no_spec = SpecParams {
         max_draft: 1,
         confidence_threshold: 0.0,
+        lookup: false,
     };
     let mut base = Pipeline::new(lm, Mode::Baseline, None, no_spec).unwrap();
     let baselines: Vec<Vec<u32>> = prompts
@@ -126,19 +129,28 @@ fn trained_drafters_equal_baseline_and_match_the_evaluator() {
     // the default backend drafts through the 8-bit-activation head (`draft_matmul`); the
     // evaluator drafts through the exact f32 head, as `with_exact_drafts` does
     let exact = CandleBackend::cpu().with_exact_drafts(true);
-    for case in cases {
-        let fast = run_case(&b, &gguf, &case, &prompts, &baselines, &params(eos.clone()));
+    for case in &cases {
+        let fast = run_case(
+            &b,
+            &gguf,
+            case,
+            &prompts,
+            &baselines,
+            &params(eos.clone()),
+            false,
+        );
         let tau = mean_accept(&fast[..ROUND_PROMPTS]);
         let (mut same_rounds, mut compared) = (0, 0);
         let on_exact = run_case(
             &exact,
             &gguf,
-            &case,
+            case,
             &prompts[..ROUND_PROMPTS],
             &baselines,
             &params(eos.clone()),
+            false,
         );
-        for (i, got) in on_exact.iter().enumerate() {
+        for (i, (got, _)) in on_exact.iter().enumerate() {
             if !agree[i] {
                 continue;
             }
@@ -178,10 +190,37 @@ fn trained_drafters_equal_baseline_and_match_the_evaluator() {
             case.floor
         );
     }
+
+    // prompt lookup after each round's first draft (the GPU default): still the baseline's
+    // tokens on every prompt, with lookup drafts in some rounds
+    for case in &cases[1..] {
+        let with = run_case(
+            &b,
+            &gguf,
+            case,
+            &prompts,
+            &baselines,
+            &params(eos.clone()),
+            true,
+        );
+        let lookup_rounds: usize = with.iter().map(|s| s.1).sum();
+        let rounds: usize = with.iter().map(|s| s.0.len()).sum();
+        eprintln!(
+            "{} with lookup: mean accept length {:.3} over all {PROMPTS} prompts; lookup drafts in {lookup_rounds} of {rounds} rounds",
+            case.drafter,
+            mean_accept(&with)
+        );
+        assert!(
+            lookup_rounds * 20 >= rounds,
+            "{}: lookup drafted in only {lookup_rounds} of {rounds} rounds",
+            case.drafter
+        );
+    }
 }
 
-/// Each prompt's per-round accept lengths in `case`'s mode on backend `b`, asserting that the
-/// greedy output equals the baseline's.
+/// Each prompt's per-round accept lengths and lookup rounds in `case`'s mode on backend `b`
+/// (prompt lookup after the first draft with `lookup`), asserting that the greedy output equals
+/// the baseline's.
 fn run_case(
     b: &CandleBackend,
     gguf: &std::path::Path,
@@ -189,7 +228,8 @@ fn run_case(
     prompts: &[Vec<u32>],
     baselines: &[Vec<u32>],
     params: &GenParams,
-) -> Vec<Vec<usize>> {
+    lookup: bool,
+) -> Vec<(Vec<usize>, usize)> {
     let lm = load_model(b, gguf, None).unwrap();
     // the evaluator drafts over the whole vocabulary (the shipped draft vocabulary is ours)
     let drafter = load_drafter(
@@ -205,6 +245,7 @@ fn run_case(
     let spec = SpecParams {
         max_draft: 16,
         confidence_threshold: 0.0,
+        lookup,
     };
     let mut pipe = Pipeline::new(lm, case.mode, Some(drafter), spec).unwrap();
     prompts
@@ -212,15 +253,19 @@ fn run_case(
         .enumerate()
         .map(|(i, p)| {
             let r = pipe.generate(p, params, &mut Vec::new()).unwrap();
-            assert_eq!(r.tokens, baselines[i], "{} prompt {i}", case.drafter);
-            r.stats.accept_lengths
+            assert_eq!(
+                r.tokens, baselines[i],
+                "{} prompt {i} (lookup {lookup})",
+                case.drafter
+            );
+            (r.stats.accept_lengths, r.stats.lookup_rounds)
         })
         .collect()
 }
 
 /// Committed tokens per round over all of `runs`.
-fn mean_accept(runs: &[Vec<usize>]) -> f64 {
-    let tokens: usize = runs.iter().flatten().sum();
-    let rounds: usize = runs.iter().map(Vec::len).sum();
+fn mean_accept(runs: &[(Vec<usize>, usize)]) -> f64 {
+    let tokens: usize = runs.iter().flat_map(|r| &r.0).sum();
+    let rounds: usize = runs.iter().map(|r| r.0.len()).sum();
     tokens as f64 / rounds as f64
 }

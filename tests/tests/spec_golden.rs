@@ -37,6 +37,7 @@ fn run<B: Backend>(
     let spec = SpecParams {
         max_draft: 64,
         confidence_threshold: thr,
+        lookup: false,
     };
     let r = decode::generate(
         t,

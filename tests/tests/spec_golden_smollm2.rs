@@ -79,6 +79,7 @@ fn match_mlx_dspark<B: Backend>(b: B) {
     let spec = SpecParams {
         max_draft: 64,
         confidence_threshold: 0.0,
+        lookup: false,
     };
 
     // prompts as dspark renders them, checked against the reference's ids

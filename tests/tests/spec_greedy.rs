@@ -77,6 +77,7 @@ fn run_spec_with<B: Backend>(
     let s = SpecParams {
         max_draft: c.cap,
         confidence_threshold: 0.0,
+        lookup: false,
     };
     let mut cache = t.new_cache();
     d.truncate(0);
@@ -292,7 +293,7 @@ fn measured_count_greedy<B: Backend>(b: B) {
                     eos: c.eos.clone(),
                 };
                 let mode = [Mode::Dspark, Mode::Dflash, Mode::Draft][k];
-                let s = policy::spec_params(mode, None, 0.0);
+                let s = policy::spec_params(mode, None, 0.0, false);
                 d.truncate(0);
                 let sp = decode::generate_with(
                     &target,

@@ -69,6 +69,7 @@ fn spec(
     let s = SpecParams {
         max_draft: cap,
         confidence_threshold: 0.0,
+        lookup: false,
     };
     decode::generate(t, &mut t.new_cache(), d, prompt, p, &s, &mut Vec::new()).unwrap()
 }

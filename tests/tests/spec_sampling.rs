@@ -23,6 +23,7 @@
 
 use dspark_engine::backend::candle::CandleBackend;
 use dspark_engine::backend::Backend;
+use dspark_engine::drafters::dflash::DFlash;
 use dspark_engine::drafters::draft_model::DraftModel;
 use dspark_engine::drafters::dspark::DSpark;
 use dspark_engine::drafters::{dflash_from_parts, dspark_from_parts};
@@ -104,6 +105,7 @@ fn squeeze_embedding(src: &mut MemorySource, spread: f32) {
 fn reference_dist(
     row: &[f32],
     s: &SamplingParams,
+    prompt: &[u32],
     generated: &[u32],
     engine: &[f32],
     ambiguous: &mut usize,
@@ -111,7 +113,7 @@ fn reference_dist(
     let mut logits: Vec<f64> = row.iter().map(|&x| x as f64).collect();
     let r = s.repetition_penalty as f64;
     let mut seen = [false; V];
-    for &t in PROMPT.iter().chain(generated) {
+    for &t in prompt.iter().chain(generated) {
         seen[t as usize] = true;
     }
     for (l, _) in logits.iter_mut().zip(seen).filter(|(_, hit)| *hit) {
@@ -189,14 +191,14 @@ struct Exact {
     ambiguous: usize,
 }
 
-fn exact(t: &Transformer<CandleBackend>, s: &SamplingParams) -> Exact {
+fn exact(t: &Transformer<CandleBackend>, s: &SamplingParams, prompt: &[u32]) -> Exact {
     let mut e = Exact {
         pos: vec![vec![0.0; V]; NEW],
         joint23: vec![0.0; V * V],
         ambiguous: 0,
     };
-    let mut ids = PROMPT.to_vec();
-    enumerate(t, s, &mut ids, 1.0, 0, &mut e);
+    let mut ids = prompt.to_vec();
+    enumerate(t, s, prompt.len(), &mut ids, 1.0, 0, &mut e);
     for (k, m) in e.pos.iter().enumerate() {
         let total: f64 = m.iter().sum();
         assert!((total - 1.0).abs() < 1e-9, "position {k}: mass {total}");
@@ -207,6 +209,7 @@ fn exact(t: &Transformer<CandleBackend>, s: &SamplingParams) -> Exact {
 fn enumerate(
     t: &Transformer<CandleBackend>,
     s: &SamplingParams,
+    prompt_len: usize,
     ids: &mut Vec<u32>,
     prob: f64,
     depth: usize,
@@ -218,11 +221,11 @@ fn enumerate(
         .backend()
         .to_f32_vec(out.logits.as_ref().unwrap())
         .unwrap();
-    let generated = &ids[PROMPT.len()..];
+    let (prompt, generated) = ids.split_at(prompt_len);
     let mut penalized = row.clone();
-    penalties::apply(&mut penalized, s, &PROMPT, generated);
+    penalties::apply(&mut penalized, s, prompt, generated);
     let engine = distribution(&penalized, s);
-    let d = reference_dist(&row, s, generated, &engine, &mut e.ambiguous);
+    let d = reference_dist(&row, s, prompt, generated, &engine, &mut e.ambiguous);
     // the engine's truncation must agree with the definition, support included
     for (i, (&ours, &theirs)) in engine.iter().zip(&d).enumerate() {
         assert!(
@@ -241,7 +244,7 @@ fn enumerate(
         }
         if depth + 1 < NEW {
             ids.push(tok as u32);
-            enumerate(t, s, ids, pp, depth + 1, e);
+            enumerate(t, s, prompt_len, ids, pp, depth + 1, e);
             ids.pop();
         }
     }
@@ -269,10 +272,12 @@ fn check(
     floor: f64,
     budget: Option<&mut DraftBudget>,
 ) {
-    check_configs(name, t, d, floor, budget, &[0, 1, 2, 3, 4]);
+    check_configs(name, t, d, floor, budget, &[0, 1, 2, 3, 4], None);
 }
 
-/// [`check`] over the configurations `which` (indices into [`CONFIGS`]).
+/// [`check`] over the configurations `which` (indices into [`CONFIGS`]) after [`PROMPT`]; with
+/// `lookup: Some(prompt)`, after that prompt instead, with prompt lookup after each round's
+/// first draft, which must then draft in at least a quarter of the rounds.
 fn check_configs(
     name: &str,
     t: &Transformer<CandleBackend>,
@@ -280,7 +285,9 @@ fn check_configs(
     floor: f64,
     mut budget: Option<&mut DraftBudget>,
     which: &[usize],
+    lookup: Option<&[u32]>,
 ) {
+    let prompt = lookup.unwrap_or(&PROMPT);
     for &ci in which {
         let ((temperature, top_p, top_k), (min_p, presence, frequency, repetition)) = CONFIGS[ci];
         let base = SamplingParams {
@@ -294,14 +301,14 @@ fn check_configs(
             repetition_penalty: repetition,
             ..SamplingParams::default()
         };
-        let ex = exact(t, &base);
+        let ex = exact(t, &base, prompt);
         eprintln!(
             "{name} config {ci}: {} min-p/top-p comparisons within f32 rounding",
             ex.ambiguous
         );
         let mut counts = vec![vec![0usize; V]; NEW];
         let mut joint = vec![0usize; V * V];
-        let (mut rounds, mut accepted) = (0usize, 0usize);
+        let (mut rounds, mut accepted, mut lookup_rounds) = (0usize, 0usize, 0usize);
         for trial in 0..trials() {
             let sampling = SamplingParams {
                 seed: Some((ci * 1_000_003 + trial) as u64),
@@ -315,13 +322,14 @@ fn check_configs(
             let spec = SpecParams {
                 max_draft: 4,
                 confidence_threshold: 0.0,
+                lookup: lookup.is_some(),
             };
             d.truncate(0);
             let r = decode::generate_with(
                 t,
                 &mut t.new_cache(),
                 d,
-                &PROMPT,
+                prompt,
                 &params,
                 &spec,
                 budget.as_deref_mut(),
@@ -333,6 +341,7 @@ fn check_configs(
                 counts[k][tok as usize] += 1;
             }
             joint[r.tokens[1] as usize * V + r.tokens[2] as usize] += 1;
+            lookup_rounds += r.stats.lookup_rounds;
             // a round that reached the cap may have been cut short by max_new_tokens
             for &a in &r.stats.accept_lengths {
                 rounds += 1;
@@ -352,7 +361,18 @@ fn check_configs(
             TV_JOINT,
         );
         let mean = accepted as f64 / rounds.max(1) as f64;
-        eprintln!("{what}: {mean:.2} drafts accepted per round over {rounds} rounds");
+        eprintln!(
+            "{what}: {mean:.2} drafts accepted per round over {rounds} rounds ({lookup_rounds} with lookup drafts)"
+        );
+        assert_eq!(
+            lookup_rounds > 0,
+            lookup.is_some(),
+            "{what}: {lookup_rounds} lookup rounds"
+        );
+        assert!(
+            lookup_rounds * 4 >= rounds * usize::from(lookup.is_some()),
+            "{what}: lookup drafted in only {lookup_rounds} of {rounds} rounds"
+        );
         assert!(
             mean >= floor,
             "{what}: {mean:.2} drafts accepted per round, floor {floor}"
@@ -480,11 +500,66 @@ fn dspark_sampling_is_exact_with_a_draft_vocabulary() {
         Some(V / 2)
     );
     let name = "dspark, draft vocabulary 0 2 5 7";
-    check_configs(name, &t, &mut d, 0.3, None, &[0, 4]);
+    check_configs(name, &t, &mut d, 0.3, None, &[0, 4], None);
+}
+
+/// Prompt lookup after each round's first draft: a lookup draft's distribution is one-hot, so
+/// it is accepted with the target's probability of it and corrected from the target's
+/// distribution without it. The prompt holds 23 of the 64 ordered pairs of the 8 ids (the
+/// start of a de Bruijn sequence; the whole one made the exact enumeration, which runs every
+/// node's forward over the prompt, take 80 s a configuration), so lookup drafts fill many
+/// rounds; every position's marginal and the joint must stay exact. Two configurations (plain
+/// T = 1, and every processor at once), DSpark and DFlash.
+#[test]
+fn sampling_is_exact_with_prompt_lookup() {
+    let pairs = every_pair(V as u32);
+    assert_eq!(pairs.len(), V * V + 1);
+    let prompt = &pairs[..24];
+    let (t, mut d) = dspark_case();
+    check_configs(
+        "dspark, lookup",
+        &t,
+        &mut d,
+        0.85,
+        None,
+        &[0, 4],
+        Some(prompt),
+    );
+    let (t, mut d) = dflash_case();
+    check_configs(
+        "dflash, lookup",
+        &t,
+        &mut d,
+        0.7,
+        None,
+        &[0, 4],
+        Some(prompt),
+    );
+}
+
+/// A shortest sequence holding every ordered pair of ids `0..k` (a de Bruijn sequence of order
+/// 2, made linear by repeating its first id at the end).
+fn every_pair(k: u32) -> Vec<u32> {
+    let mut seq = Vec::new();
+    for a in 0..k {
+        // a's necklaces: (a), then (a, b) for every b > a
+        seq.push(a);
+        for b in a + 1..k {
+            seq.extend([a, b]);
+        }
+    }
+    seq.push(seq[0]);
+    seq
 }
 
 #[test]
 fn dflash_sampling_is_exact() {
+    let (t, mut d) = dflash_case();
+    check("dflash", &t, &mut d, 0.15, None);
+}
+
+/// The DFlash case: a squeezed target and a random block-5 DFlash drafter.
+fn dflash_case() -> (Transformer<CandleBackend>, DFlash<CandleBackend>) {
     let s = spec();
     let (_, mut tsrc) = random_target(&s, 9);
     squeeze_embedding(&mut tsrc, 0.3);
@@ -497,8 +572,8 @@ fn dflash_sampling_is_exact() {
         mask_token_id: 7,
     };
     let (cfg, dsrc) = random_dflash(&s, &ds, 9);
-    let mut d = dflash_from_parts(&CandleBackend::cpu(), &cfg, &dsrc, &t).unwrap();
-    check("dflash", &t, &mut d, 0.15, None);
+    let d = dflash_from_parts(&CandleBackend::cpu(), &cfg, &dsrc, &t).unwrap();
+    (t, d)
 }
 
 /// The cost-aware draft count (DFlash/DSpark's default): each round's count comes from the

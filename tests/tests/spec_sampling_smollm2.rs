@@ -292,6 +292,7 @@ fn check(
         let spec = SpecParams {
             max_draft: MAX_DRAFT,
             confidence_threshold: 0.0,
+            lookup: false,
         };
         let r =
             decode::generate(t, &mut cache, d, prompt, &params, &spec, &mut Vec::new()).unwrap();

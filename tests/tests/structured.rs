@@ -298,6 +298,7 @@ fn spec_run(
     let s = SpecParams {
         max_draft: cap,
         confidence_threshold: 0.0,
+        lookup: false,
     };
     decode::generate(
         &w.target,

@@ -150,6 +150,7 @@ fn check(name: &str, t: &Transformer<CandleBackend>, d: &mut dyn Drafter<CandleB
         let spec = SpecParams {
             max_draft: 3,
             confidence_threshold: 0.0,
+            lookup: false,
         };
         d.truncate(0);
         let r = decode::generate(

@@ -34,6 +34,7 @@ fn handle(queue: usize) -> EngineHandle {
                 SpecParams {
                     max_draft: 1,
                     confidence_threshold: 0.0,
+                    lookup: false,
                 },
             )
         },
@@ -106,6 +107,7 @@ fn worker_streams_same_text_as_direct_generation_then_done() {
         SpecParams {
             max_draft: 1,
             confidence_threshold: 0.0,
+            lookup: false,
         },
     )
     .unwrap();

@@ -78,6 +78,12 @@ pub struct SpecArgs {
     /// else the whole vocabulary. Env: DSPARK_DRAFT_VOCAB.
     #[arg(long)]
     pub draft_vocab: Option<usize>,
+    /// Prompt lookup for dflash/dspark: after each round's first draft, where the context
+    /// through it ends in a pair of tokens seen earlier, draft what followed that pair instead
+    /// of the drafter's rest (exact either way). Default: on for GPUs, whose rounds verify
+    /// full blocks, off on CPUs. Env: DSPARK_LOOKUP.
+    #[arg(long, value_name = "BOOL")]
+    pub lookup: Option<bool>,
 }
 
 /// The settings layer of the model and speculative flags.
@@ -98,6 +104,7 @@ pub fn flag_layer(m: &ModelArgs, s: &SpecArgs) -> Settings {
         max_draft: s.max_draft,
         confidence_threshold: s.confidence_threshold,
         draft_vocab: s.draft_vocab,
+        lookup: s.lookup,
         ..Settings::default()
     }
 }

@@ -172,6 +172,8 @@ struct Run {
     secs: f64,
     decode_secs: f64,
     rounds: usize,
+    lookup_rounds: usize,
+    lookup_accepted: usize,
     draft: f64,
     verify: f64,
 }
@@ -184,6 +186,8 @@ fn record(prompt: &[u32], r: &GenResult) -> Run {
         secs: r.stats.prefill_secs + r.stats.decode_secs,
         decode_secs: r.stats.decode_secs,
         rounds: r.stats.accept_lengths.len(),
+        lookup_rounds: r.stats.lookup_rounds,
+        lookup_accepted: r.stats.lookup_accepted,
         draft: r.stats.draft_secs,
         verify: r.stats.verify_secs,
     }
@@ -197,6 +201,8 @@ fn sum(v: &[Run]) -> Run {
         secs: v.iter().map(|r| r.secs).sum(),
         decode_secs: v.iter().map(|r| r.decode_secs).sum(),
         rounds: v.iter().map(|r| r.rounds).sum(),
+        lookup_rounds: v.iter().map(|r| r.lookup_rounds).sum(),
+        lookup_accepted: v.iter().map(|r| r.lookup_accepted).sum(),
         draft: v.iter().map(|r| r.draft).sum(),
         verify: v.iter().map(|r| r.verify).sum(),
     }
@@ -423,6 +429,7 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
             "verify_share": ss.verify / ss.decode_secs, "max_draft": max_draft_label(&pipe, &a),
             "draft_vocab": pipe.draft_vocab_len(),
             "draft_vocab_prompt_ids": pipe.draft_vocab_len().map(|_| prompt_ids_join()),
+            "lookup": pipe.spec.lookup, "rounds": ss.rounds, "lookup_rounds": ss.lookup_rounds, "lookup_accepted": ss.lookup_accepted,
             "rounds_by_draft_count": pipe.draft_budget().map(|b| b.rounds_by_count().to_vec()),
             "round_ms_by_draft_count": pipe.draft_budget().map(|b| (0..=b.block()).map(|k| b.round_cost(k).map(|c| 1e3 * c)).collect::<Vec<_>>()),
             "accept_rate_by_draft_position": pipe.draft_budget().map(|b| (0..b.block()).map(|i| b.accept_rate(i)).collect::<Vec<_>>()),

@@ -69,6 +69,9 @@ pub struct LaunchSpec {
     /// Drafts per round; `None` = the mode's default (`spec::policy`).
     pub max_draft: Option<usize>,
     pub confidence_threshold: f32,
+    /// Prompt lookup after each round's first draft; `None` = the device's default
+    /// (`spec::policy::lookup`).
+    pub lookup: Option<bool>,
     /// Ids a DFlash/DSpark drafter's head scores (`crate::drafters::draft_vocab`).
     pub draft_vocab: DraftVocabSize,
     /// `None` = prefix cache off.
@@ -91,6 +94,7 @@ impl LaunchSpec {
             matmul: Matmul::F32,
             max_draft: None,
             confidence_threshold: 0.0,
+            lookup: None,
             draft_vocab: DraftVocabSize::Drafter,
             prefix_cache: Some(PrefixCacheConfig::default()),
             queue: 8,
@@ -110,6 +114,7 @@ impl LaunchSpec {
         Tuning {
             max_draft: self.max_draft,
             confidence_threshold: self.confidence_threshold,
+            lookup: self.lookup,
             prefix_limits: self
                 .prefix_cache
                 .as_ref()
@@ -316,7 +321,12 @@ pub fn finish_pipeline<B: LaunchBackend>(
     b: &B,
     lm: LoadedModel<B>,
 ) -> Result<Pipeline<B>, LaunchError> {
-    let params = policy::spec_params(spec.mode, spec.max_draft, spec.confidence_threshold);
+    let params = policy::spec_params(
+        spec.mode,
+        spec.max_draft,
+        spec.confidence_threshold,
+        policy::lookup(spec.lookup, b.device_argmax()),
+    );
     let drafter = match spec.mode {
         Mode::Baseline => None,
         mode => {

@@ -104,8 +104,13 @@ impl<B: Backend> Pipeline<B> {
     /// Applies live settings: drafts per round, confidence threshold (through the draft
     /// policy) and the prefix cache's slot and RAM limits. Takes effect at the next request.
     pub fn retune(&mut self, t: &crate::worker::Tuning) {
-        self.spec =
-            crate::spec::policy::spec_params(self.mode, t.max_draft, t.confidence_threshold);
+        let gpu = self.target.model.backend().device_argmax();
+        self.spec = crate::spec::policy::spec_params(
+            self.mode,
+            t.max_draft,
+            t.confidence_threshold,
+            crate::spec::policy::lookup(t.lookup, gpu),
+        );
         self.budget = None;
         if let (Some(p), Some((slots, ram))) = (self.prefix.as_mut(), t.prefix_limits) {
             p.set_limits(slots, ram);

@@ -67,6 +67,7 @@ pub fn launch_spec(s: &Settings, progress: &dyn Progress) -> Result<Launch, HubE
             .unwrap_or_default(),
         max_draft: s.max_draft,
         confidence_threshold: s.confidence_threshold.unwrap_or(0.0),
+        lookup: s.lookup,
         draft_vocab: s
             .draft_vocab
             .map(DraftVocabSize::from_count)
@@ -104,6 +105,7 @@ pub fn tuning(s: &Settings) -> Tuning {
     Tuning {
         max_draft: s.max_draft,
         confidence_threshold: s.confidence_threshold.unwrap_or(0.0),
+        lookup: s.lookup,
         prefix_limits: prefix_config(s).map(|c| (c.max_slots, c.max_ram_bytes)),
     }
 }

@@ -22,6 +22,7 @@ pub const KEYS: &[&str] = &[
     "max_draft",
     "confidence_threshold",
     "draft_vocab",
+    "lookup",
     "prefix_cache",
     "prefix_cache_slots",
     "prefix_cache_ram_mb",

@@ -47,6 +47,9 @@ pub struct Settings {
     /// Ids a DFlash/DSpark drafter's head scores, its most frequent first, plus each prompt's
     /// (0 = the whole vocabulary; unset: what the drafter's config or ranking says).
     pub draft_vocab: Option<usize>,
+    /// Prompt lookup after each round's first draft, for DFlash/DSpark (unset: on for GPUs,
+    /// off on CPUs).
+    pub lookup: Option<bool>,
     /// The prefix cache on or off.
     pub prefix_cache: Option<bool>,
     pub prefix_cache_slots: Option<usize>,
@@ -114,6 +117,7 @@ pub const LIVE_KEYS: &[&str] = &[
     "thinking",
     "max_draft",
     "confidence_threshold",
+    "lookup",
     "prefix_cache_slots",
     "prefix_cache_ram_mb",
 ];

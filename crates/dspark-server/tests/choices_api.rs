@@ -29,6 +29,7 @@ fn router() -> axum::Router {
             let spec = SpecParams {
                 max_draft: 1,
                 confidence_threshold: 0.0,
+                lookup: false,
             };
             Pipeline::new(lm, Mode::Baseline, None, spec)
         },

@@ -50,6 +50,7 @@ impl Recorded {
                 let spec = SpecParams {
                     max_draft: 1,
                     confidence_threshold: 0.0,
+                    lookup: false,
                 };
                 Pipeline::new(lm, Mode::Baseline, None, spec)
             },

@@ -34,6 +34,7 @@ pub fn run<B: LaunchBackend>(
     );
     let eos = pipe.target.eos_ids();
     let (mut tokens, mut rounds, mut hist) = (0usize, 0usize, Vec::<usize>::new());
+    let (mut lookup_rounds, mut lookup_accepted) = (0usize, 0usize);
     let mut per_prompt = Vec::with_capacity(ids.len());
     for (i, p) in ids.iter().enumerate() {
         let params = GenParams {
@@ -52,6 +53,8 @@ pub fn run<B: LaunchBackend>(
         let committed: usize = lens.iter().sum();
         tokens += committed;
         rounds += lens.len();
+        lookup_rounds += r.stats.lookup_rounds;
+        lookup_accepted += r.stats.lookup_accepted;
         eprintln!(
             "  prompt {i}: {} tokens, {} rounds, tau {:.2} (running tau {:.3})",
             r.tokens.len(),
@@ -63,13 +66,18 @@ pub fn run<B: LaunchBackend>(
     }
     let tau = tokens as f64 / rounds.max(1) as f64;
     println!(
-        "{} ({}{}), {} prompts of {} x up to {} tokens, {}: tau {tau:.3} over {rounds} rounds",
+        "{} ({}{}{}), {} prompts of {} x up to {} tokens, {}: tau {tau:.3} over {rounds} rounds",
         pipe.mode.as_str(),
         pipe.drafter_name().unwrap_or("no drafter"),
         pipe.draft_vocab_len().map_or(String::new(), |k| format!(
             ", draft vocabulary {k}{}",
             prompt_ids_note()
         )),
+        if pipe.spec.lookup {
+            format!(", lookup after the first draft in {lookup_rounds} rounds, {lookup_accepted} of its drafts accepted")
+        } else {
+            String::new()
+        },
         ids.len(),
         a.prompt_set,
         a.max_tokens,
@@ -85,6 +93,9 @@ pub fn run<B: LaunchBackend>(
         "max_draft": super::max_draft_label(pipe, a),
         "draft_vocab": pipe.draft_vocab_len(),
         "draft_vocab_prompt_ids": pipe.draft_vocab_len().map(|_| prompt_ids_join()),
+        "lookup": pipe.spec.lookup,
+        "lookup_rounds": lookup_rounds,
+        "lookup_accepted": lookup_accepted,
         "rounds_by_draft_count": pipe.draft_budget().map(|b| b.rounds_by_count().to_vec()),
         "prompt_set": a.prompt_set,
         "prompts": ids.len(),

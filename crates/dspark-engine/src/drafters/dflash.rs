@@ -221,6 +221,11 @@ impl<B: Backend> Drafter<B> for DFlash<B> {
         self.net.append_taps(taps, pos, "dflash")
     }
 
+    fn lookup_safe(&self) -> bool {
+        // its context is the target's taps of committed tokens alone
+        true
+    }
+
     fn truncate(&mut self, len: usize) {
         self.net.truncate(len);
     }

@@ -494,6 +494,11 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
         self.choice.ranked_len(s.head.vocab.vocab_size())
     }
 
+    fn lookup_safe(&self) -> bool {
+        // its context is the target's taps of committed tokens alone
+        true
+    }
+
     fn truncate(&mut self, len: usize) {
         self.net.truncate(len);
     }

@@ -79,6 +79,10 @@ pub struct GenStats {
     pub decode_secs: f64,
     pub draft_secs: f64,
     pub verify_secs: f64,
+    /// Rounds whose drafts after the first came from prompt lookup.
+    pub lookup_rounds: usize,
+    /// Drafts from prompt lookup that verification accepted.
+    pub lookup_accepted: usize,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::draft_budget::DraftBudget;
 use super::verify::{verify_greedy, verify_sampled};
-use super::{Drafter, Proposal, SpecParams};
+use super::{prompt_lookup, Drafter, Proposal, SpecParams};
 use crate::backend::Backend;
 use crate::constrain::shared as constrain;
 use crate::error::EngineError;
@@ -92,6 +92,14 @@ pub fn generate_with<B: Backend>(
     let mut lps: Vec<TokenLogprob> = Vec::new();
     stats.prefill_secs = t0.elapsed().as_secs_f64();
 
+    // prompt lookup's context (the prompt and every committed token); never under a grammar,
+    // whose drafts must each be allowed where the drafter's are
+    let lookup = spec.lookup
+        && drafter.lookup_safe()
+        && drafter.block_len() >= 2
+        && params.sampling.constraint.is_none();
+    let mut ctx: Vec<u32> = if lookup { prompt.to_vec() } else { Vec::new() };
+
     let t1 = Instant::now();
     let mut block = vec![pending];
     let mut first = true;
@@ -106,6 +114,9 @@ pub fn generate_with<B: Backend>(
             }
             if n > 0 {
                 tokens.extend_from_slice(&block[..n]);
+                if lookup {
+                    ctx.extend_from_slice(&block[..n]);
+                }
                 if !block_lps.is_empty() {
                     sink.logprobs(&block_lps[..n]);
                     lps.extend_from_slice(&block_lps[..n]);
@@ -124,29 +135,22 @@ pub fn generate_with<B: Backend>(
             // draft
             let pos = cache.len();
             let td = Instant::now();
-            let proposal = match draft_count.as_deref() {
-                // a measured count may be 0: a plain target step (still feeding the drafter)
-                // where no draft count pays for its verify rows
-                Some(bud) => match bud.choose(spec.max_draft.min(drafter.block_len())) {
-                    0 => Proposal {
-                        tokens: vec![],
-                        q: Some(vec![]),
-                    },
-                    k => drafter.propose(
-                        target,
-                        pending,
-                        pos,
-                        k,
-                        spec,
-                        &params.sampling,
-                        &mut rng,
-                    )?,
-                },
-                None => {
-                    let max = spec.max_draft.clamp(1, drafter.block_len());
-                    drafter.propose(target, pending, pos, max, spec, &params.sampling, &mut rng)?
-                }
+            // a measured count may be 0: a plain target step (still feeding the drafter) where
+            // no draft count pays for its verify rows
+            let k = match draft_count.as_deref() {
+                Some(bud) => bud.choose(spec.max_draft.min(drafter.block_len())),
+                None => spec.max_draft.clamp(1, drafter.block_len()),
             };
+            let mut proposal = match k {
+                0 => Proposal {
+                    tokens: vec![],
+                    q: Some(vec![]),
+                },
+                k => drafter.propose(target, pending, pos, k, spec, &params.sampling, &mut rng)?,
+            };
+            let looked = lookup
+                && prompt_lookup::after_first(&mut ctx, &mut proposal, k, target.cfg.vocab_size);
+            stats.lookup_rounds += usize::from(looked);
             stats.draft_secs += td.elapsed().as_secs_f64();
             let drafts = proposal.tokens;
             stats.drafts_per_round.push(drafts.len());
@@ -201,6 +205,10 @@ pub fn generate_with<B: Backend>(
             };
             stats.verify_secs += tv.elapsed().as_secs_f64();
 
+            if looked {
+                // the first draft is the drafter's, the rest the lookup's
+                stats.lookup_accepted += outcome.accepted.saturating_sub(1);
+            }
             // roll back: keep pending + accepted drafts
             let keep = outcome.accepted + 1;
             cache.truncate(pos + keep);

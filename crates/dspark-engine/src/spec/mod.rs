@@ -9,6 +9,7 @@
 pub mod decode;
 pub mod draft_budget;
 pub mod policy;
+pub mod prompt_lookup;
 pub mod verify;
 
 use rand::RngCore;
@@ -57,6 +58,9 @@ pub struct SpecParams {
     /// DSpark confidence truncation: keep the longest prefix whose running product of
     /// confidences is >= this (at least one draft). 0 = off.
     pub confidence_threshold: f32,
+    /// Drafts after the first come from prompt lookup where the context has a match
+    /// ([`prompt_lookup::after_first`]).
+    pub lookup: bool,
 }
 
 /// Drafted tokens, and for sampled decoding the (truncated) draft distribution of each.
@@ -162,6 +166,12 @@ pub trait Drafter<B: Backend> {
     /// ranked ones for that generation ([`crate::drafters::draft_vocab`]).
     fn fit_prompt(&mut self, _target: &Transformer<B>, _prompt: &[u32]) -> Result<(), EngineError> {
         Ok(())
+    }
+    /// Whether the drafts after a round's first may be replaced by others (prompt lookup,
+    /// [`prompt_lookup`]): true where the drafter's state after a round depends only on the
+    /// committed tokens, not on what it drafted (a draft model's cache holds its own drafts).
+    fn lookup_safe(&self) -> bool {
+        false
     }
     /// Rolls the drafter back to `len` committed positions (prefix reuse).
     fn truncate(&mut self, len: usize);

@@ -203,8 +203,21 @@ pub fn drafter_block(mode: Mode, configured: Option<usize>) -> usize {
     }
 }
 
+/// Whether prompt lookup fills each round's drafts after the first where the context has a
+/// match ([`super::prompt_lookup`]): as configured, else on a GPU (`gpu`: the backend takes
+/// greedy ids on the device), whose rounds verify full blocks at little cost, and off on CPUs,
+/// which verify 2-3 drafts a round, where the lookup gains nothing measurable.
+pub fn lookup(configured: Option<bool>, gpu: bool) -> bool {
+    configured.unwrap_or(gpu)
+}
+
 /// The speculative loop's knobs. A negative or NaN threshold means off.
-pub fn spec_params(mode: Mode, configured: Option<usize>, confidence_threshold: f32) -> SpecParams {
+pub fn spec_params(
+    mode: Mode,
+    configured: Option<usize>,
+    confidence_threshold: f32,
+    lookup: bool,
+) -> SpecParams {
     let t = if confidence_threshold.is_finite() {
         confidence_threshold.clamp(0.0, 1.0)
     } else {
@@ -213,6 +226,7 @@ pub fn spec_params(mode: Mode, configured: Option<usize>, confidence_threshold: 
     SpecParams {
         max_draft: max_draft(mode, configured),
         confidence_threshold: t,
+        lookup,
     }
 }
 
@@ -358,10 +372,10 @@ mod tests {
         }
         assert_eq!(draft_len(Mode::Dflash, None), DraftLen::Fixed(16));
         assert_eq!(drafter_block(Mode::Dspark, Some(3)), 16);
-        let p = spec_params(Mode::Dspark, Some(3), f32::NAN);
+        let p = spec_params(Mode::Dspark, Some(3), f32::NAN, false);
         assert_eq!((p.max_draft, p.confidence_threshold), (3, 0.0));
         assert_eq!(
-            spec_params(Mode::Dspark, None, 2.0).confidence_threshold,
+            spec_params(Mode::Dspark, None, 2.0, false).confidence_threshold,
             1.0
         );
     }
