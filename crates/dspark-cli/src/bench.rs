@@ -65,8 +65,9 @@ pub struct BenchArgs {
     /// these shared-history lengths (e.g. 250,750,2000).
     #[arg(long, value_delimiter = ',')]
     pub prefix_cache: Vec<usize>,
-    /// Prompts as token ids instead of text: a JSON file holding a list of id lists (so that
-    /// another engine can be timed on exactly the same ids, see scripts/bench/vs_llama_cpp.py).
+    /// Prompts as token ids instead of text: a JSON file holding a list of id lists, or what
+    /// --emit-prompt-ids wrote (so that another engine, or another machine without the prompt
+    /// sets, runs exactly the same ids; see scripts/bench/vs_llama_cpp.py).
     #[arg(long)]
     pub prompt_ids: Option<PathBuf>,
     /// Time the baseline only, even with a drafter configured.
@@ -253,8 +254,21 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
     let ids: Vec<Vec<u32>> = if let Some(f) = &a.prompt_ids {
         let text =
             std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-        let ids: Vec<Vec<u32>> = serde_json::from_str(&text)
-            .with_context(|| format!("{}: expected a JSON list of token-id lists", f.display()))?;
+        // a list of id lists, or what --emit-prompt-ids writes ({"prompt_ids": [...]})
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum PromptIds {
+            Lists(Vec<Vec<u32>>),
+            Emitted { prompt_ids: Vec<Vec<u32>> },
+        }
+        let ids = match serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{}: expected a JSON list of token-id lists (or --emit-prompt-ids' output)",
+                f.display()
+            )
+        })? {
+            PromptIds::Lists(ids) | PromptIds::Emitted { prompt_ids: ids } => ids,
+        };
         anyhow::ensure!(
             !ids.is_empty() && ids.iter().all(|p| !p.is_empty()),
             "{}: no prompts, or an empty prompt",

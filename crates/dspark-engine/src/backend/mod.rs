@@ -356,6 +356,13 @@ pub trait Backend: Clone + Send + 'static {
     fn device_argmax(&self) -> bool {
         false
     }
+    /// Fixed-shape steps captured so far (CUDA graphs; their failed captures included): a step
+    /// of a new shape first runs eagerly and is then captured, several times a steady step's
+    /// time, so a speculative round during which this count moved is not timed as a round of
+    /// its draft count (`spec::decode`). 0 where nothing is captured.
+    fn step_captures(&self) -> u64 {
+        0
+    }
     /// Whether a forward over L rows gives every row the bits of L one-row steps (our CPU and
     /// CUDA kernels). Then greedy output cannot depend on how many drafts a round verifies,
     /// and the loop may choose that count from measured costs.

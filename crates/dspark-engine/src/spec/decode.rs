@@ -135,6 +135,7 @@ pub fn generate_with<B: Backend>(
             // draft
             let pos = cache.len();
             let td = Instant::now();
+            let captures = b.step_captures();
             // a measured count may be 0: a plain target step (still feeding the drafter) where
             // no draft count pays for its verify rows
             let k = match draft_count.as_deref() {
@@ -218,7 +219,14 @@ pub fn generate_with<B: Backend>(
             };
             drafter.commit(&fed[..keep], pos, kept_taps.as_ref())?;
             if let Some(bud) = draft_count.as_deref_mut() {
-                bud.observe(drafts.len(), outcome.accepted, td.elapsed().as_secs_f64());
+                // a round that captured a step (a CUDA graph of a new shape) is not timed: it
+                // costs several steady rounds, and left a count it visited once looking dear
+                let secs = if b.step_captures() == captures {
+                    td.elapsed().as_secs_f64()
+                } else {
+                    f64::NAN
+                };
+                bud.observe(drafts.len(), outcome.accepted, secs);
             }
             block = drafts[..outcome.accepted].to_vec();
             block.push(outcome.next);

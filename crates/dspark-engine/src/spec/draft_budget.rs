@@ -183,7 +183,8 @@ impl DraftBudget {
     }
 
     /// Records a finished round: `drafted` drafts verified, `accepted` of them accepted, in
-    /// `secs` of wall time (drafting and verifying).
+    /// `secs` of wall time (drafting and verifying; not finite: a round not to be timed, whose
+    /// acceptance still counts).
     pub fn observe(&mut self, drafted: usize, accepted: usize, secs: f64) {
         let drafted = drafted.min(self.block);
         let accepted = accepted.min(drafted);

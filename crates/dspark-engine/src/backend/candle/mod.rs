@@ -478,6 +478,15 @@ impl Backend for CandleBackend {
         self.run_fixed_step(key, ids, start, step)
     }
 
+    fn step_captures(&self) -> u64 {
+        #[cfg(feature = "cuda")]
+        if self.step_graphs {
+            let s = self.step_graph_stats();
+            return s.captured + s.failed;
+        }
+        0
+    }
+
     fn device_argmax(&self) -> bool {
         // our argmax kernel (the host's tie rule) takes f32 and bf16 logits; candle's own
         // argmax, used for f16, is not held to that rule

@@ -34,8 +34,10 @@ use crate::backend::StepKey;
 const KEEP: usize = 64;
 
 /// Whether steps are captured and replayed by default (`DSPARK_CUDA_GRAPHS=1` / `=0` choose,
-/// for side-by-side runs in one binary). Off: on the H200 the replays were slower than the
-/// eager steps (docs/cuda.md, "ninth slice").
+/// for side-by-side runs in one binary). Off: on the H200 the 8B shape's replays were slower
+/// than the eager steps (docs/cuda.md, "ninth slice"); the launcher turns them on for small
+/// targets, whose steps are bound by the host's launches, unless the variable is set
+/// (`launch::graphs_by_default`).
 pub fn enabled() -> bool {
     const DEFAULT: bool = false;
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
