@@ -232,3 +232,23 @@ pub fn mtbench_chat_prompts(tok: &dspark_engine::tokenizer::Tokenizer, n: usize)
         })
         .collect()
 }
+
+/// One greedy-identity case of the speculative suites: a prompt, a token budget, the drafts
+/// a round may verify and the eos ids.
+pub struct GreedyCase {
+    pub prompt: Vec<u32>,
+    pub max_new: usize,
+    pub cap: usize,
+    pub eos: Vec<u32>,
+}
+
+impl GreedyCase {
+    /// Greedy decoding of this case's budget with its eos ids.
+    pub fn params(&self) -> dspark_engine::generate::GenParams {
+        dspark_engine::generate::GenParams {
+            max_new_tokens: self.max_new,
+            sampling: dspark_engine::sampling::SamplingParams::greedy(),
+            eos: self.eos.clone(),
+        }
+    }
+}

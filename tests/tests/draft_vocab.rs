@@ -9,9 +9,8 @@ use dspark_engine::backend::candle::CandleBackend;
 use dspark_engine::backend::Backend;
 use dspark_engine::drafters::draft_vocab::{DraftVocabSize, VocabChoice};
 use dspark_engine::drafters::{dflash_from_parts, dspark_from_parts};
-use dspark_engine::generate::{baseline, GenParams, GenResult};
+use dspark_engine::generate::{baseline, GenResult};
 use dspark_engine::model::transformer::Transformer;
-use dspark_engine::sampling::SamplingParams;
 use dspark_engine::spec::{decode, Drafter, SpecParams};
 use dspark_engine::testing::{
     random_dflash, random_dspark, random_target, DrafterSpec, Gen, RandomSpec,
@@ -20,12 +19,7 @@ use dspark_tests::recorder::Recorder;
 
 const VOCAB: usize = 64;
 
-struct Case {
-    prompt: Vec<u32>,
-    max_new: usize,
-    cap: usize,
-    eos: Vec<u32>,
-}
+use dspark_tests::GreedyCase as Case;
 
 fn cases(seed: u64, n: usize) -> Vec<Case> {
     let mut g = Gen::new(seed, "draft-vocab cases");
@@ -42,14 +36,6 @@ fn cases(seed: u64, n: usize) -> Vec<Case> {
             },
         })
         .collect()
-}
-
-fn params(c: &Case) -> GenParams {
-    GenParams {
-        max_new_tokens: c.max_new,
-        sampling: SamplingParams::greedy(),
-        eos: c.eos.clone(),
-    }
 }
 
 fn run_spec<B: Backend>(
@@ -69,7 +55,7 @@ fn run_spec<B: Backend>(
         &mut t.new_cache(),
         &mut rec,
         &c.prompt,
-        &params(c),
+        &c.params(),
         &s,
         &mut Vec::new(),
     )
@@ -173,7 +159,7 @@ fn greedy_identity(b: CandleBackend) -> Vec<Vec<Vec<u32>>> {
                         &target,
                         &mut target.new_cache(),
                         &c.prompt,
-                        &params(&c),
+                        &c.params(),
                         &mut Vec::new(),
                     )
                     .unwrap();
@@ -313,7 +299,7 @@ fn the_demo_drafters_stay_exact_over_their_shipped_rankings() {
                 t,
                 &mut t.new_cache(),
                 &c.prompt,
-                &params(&c),
+                &c.params(),
                 &mut Vec::new(),
             )
             .unwrap();

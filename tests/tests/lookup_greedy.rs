@@ -13,10 +13,9 @@
 use dspark_engine::backend::Backend;
 use dspark_engine::drafters::draft_model::DraftModel;
 use dspark_engine::drafters::{dflash_from_parts, dspark_from_parts, load_dflash, load_dspark};
-use dspark_engine::generate::{baseline, GenParams, GenResult};
+use dspark_engine::generate::{baseline, GenResult};
 use dspark_engine::model::open_checkpoint;
 use dspark_engine::model::transformer::Transformer;
-use dspark_engine::sampling::SamplingParams;
 use dspark_engine::spec::draft_budget::DraftBudget;
 use dspark_engine::spec::{decode, Drafter, SpecParams};
 use dspark_engine::testing::{
@@ -26,12 +25,7 @@ use dspark_tests::{fixture, on_backend};
 
 const VOCAB: usize = 64;
 
-struct Case {
-    prompt: Vec<u32>,
-    max_new: usize,
-    cap: usize,
-    eos: Vec<u32>,
-}
+use dspark_tests::GreedyCase as Case;
 
 /// Prompts of 1-24 tokens, some repeating a short phrase (lookup matches inside the prompt),
 /// 8-72 new tokens, caps 2-8, an eos id in a third of the cases.
@@ -57,14 +51,6 @@ fn cases(seed: u64, n: usize, vocab: u32) -> Vec<Case> {
         .collect()
 }
 
-fn params(c: &Case) -> GenParams {
-    GenParams {
-        max_new_tokens: c.max_new,
-        sampling: SamplingParams::greedy(),
-        eos: c.eos.clone(),
-    }
-}
-
 fn run<B: Backend>(
     t: &Transformer<B>,
     d: &mut dyn Drafter<B>,
@@ -79,7 +65,7 @@ fn run<B: Backend>(
     };
     d.truncate(0);
     let mut sink = Vec::new();
-    let p = params(c);
+    let p = c.params();
     let r = decode::generate_with(
         t,
         &mut t.new_cache(),
@@ -133,7 +119,7 @@ fn check_cases<B: Backend>(
             target,
             &mut target.new_cache(),
             &c.prompt,
-            &params(c),
+            &c.params(),
             &mut Vec::new(),
         )
         .unwrap();

@@ -25,12 +25,7 @@ fn model<B: Backend>(b: &B, spec: &RandomSpec, src: &MemorySource) -> Transforme
     Transformer::load(b, spec.config(), src).unwrap()
 }
 
-struct Case {
-    prompt: Vec<u32>,
-    max_new: usize,
-    cap: usize,
-    eos: Vec<u32>,
-}
+use dspark_tests::GreedyCase as Case;
 
 fn cases(seed: u64, n: usize, vocab: u32) -> Vec<Case> {
     let mut g = Gen::new(seed, "cases");
