@@ -174,6 +174,15 @@ fn report(name: &str, with: &Tally, without: &Tally, share: f64, accepted: f64, 
     );
 }
 
+/// Whether `b`'s rows depend on the block size (then the test is skipped, said on stderr).
+fn not_batch_invariant<B: Backend>(b: &B) -> bool {
+    let skip = !b.rows_batch_invariant();
+    if skip {
+        eprintln!("skipped: {} rows are not batch-invariant", b.name());
+    }
+    skip
+}
+
 fn drafter_spec(spec: &RandomSpec, block: usize, taps: Vec<usize>, scale: f32) -> DrafterSpec {
     DrafterSpec {
         layers: 2,
@@ -193,8 +202,7 @@ fn lookup_greedy_equals_baseline() {
 }
 
 fn lookup_greedy<B: Backend>(b: B) {
-    if !b.rows_batch_invariant() {
-        eprintln!("skipped: {} rows are not batch-invariant", b.name());
+    if not_batch_invariant(&b) {
         return;
     }
     let names = ["dspark aligned", "dspark", "dflash"];
@@ -247,8 +255,7 @@ fn lookup_greedy_equals_baseline_on_the_reference_checkpoints() {
 }
 
 fn lookup_reference<B: Backend>(b: B) {
-    if !b.rows_batch_invariant() {
-        eprintln!("skipped: {} rows are not batch-invariant", b.name());
+    if not_batch_invariant(&b) {
         return;
     }
     let ck = open_checkpoint(&fixture("spec/models/target")).unwrap();

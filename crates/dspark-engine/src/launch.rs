@@ -277,12 +277,11 @@ pub fn candle_backend(spec: &LaunchSpec) -> Result<CandleBackend, LaunchError> {
             })
         }
         Some(n) => {
-            let b = CandleBackend::cuda(n).map_err(EngineError::from)?;
-            // DSPARK_CUDA_GRAPHS, when set, has decided already
-            match std::env::var_os("DSPARK_CUDA_GRAPHS") {
-                Some(_) => b,
-                None => b.with_step_graphs(graphs_by_default(weight_file_bytes(&spec.model))),
-            }
+            let on = CandleBackend::step_graphs_from_env()
+                .unwrap_or_else(|| graphs_by_default(weight_file_bytes(&spec.model)));
+            CandleBackend::cuda(n)
+                .map_err(EngineError::from)?
+                .with_step_graphs(on)
         }
     };
     let b = match spec.dtype {

@@ -6,7 +6,7 @@ use candle_core::{Device, Tensor};
 
 #[cfg(feature = "cuda")]
 use super::cuda_ops;
-use super::{cdtype, err, steps};
+use super::{cdtype, err};
 #[cfg(doc)]
 use crate::backend::Backend;
 use crate::backend::{AttnMask, BResult, DType};
@@ -43,7 +43,7 @@ pub struct CandleBackend {
     /// same one, so it is built and copied to the device once per forward, not once per layer.
     pub(super) last_mask: std::sync::Arc<std::sync::Mutex<Option<(MaskKey, Tensor)>>>,
     /// Short forwards run as fixed-shape steps ([`Backend::run_step`]): captured and replayed
-    /// as CUDA graphs on a GPU (`DSPARK_CUDA_GRAPHS=1`; see `cuda::graphs_enabled`), on
+    /// as CUDA graphs on a GPU (`DSPARK_CUDA_GRAPHS=1`; see `cuda::graphs_configured`), on
     /// the CPU only the step path itself, for tests ([`CandleBackend::with_step_graphs`]).
     pub(super) step_graphs: bool,
     /// Captured forward steps (CUDA graphs) and the capture in progress.
@@ -117,7 +117,7 @@ impl CandleBackend {
             bf16_matmul: false,
             own_kernels: cfg!(feature = "cuda")
                 && std::env::var("DSPARK_CUDA_KERNELS").map_or(true, |v| v != "0"),
-            step_graphs: steps::graphs_from_env(),
+            step_graphs: Self::step_graphs_from_env().unwrap_or(false),
             report: Default::default(),
             last_mask: Default::default(),
             #[cfg(feature = "cuda")]

@@ -10,15 +10,16 @@ use super::CandleBackend;
 use super::{cuda_ops, err, DType};
 use crate::backend::{BResult, StepKey};
 
-/// CUDA graphs of steps as `DSPARK_CUDA_GRAPHS` says (built with the `cuda` feature).
-pub(super) fn graphs_from_env() -> bool {
-    #[cfg(feature = "cuda")]
-    return cuda_ops::graphs_enabled();
-    #[cfg(not(feature = "cuda"))]
-    false
-}
-
 impl CandleBackend {
+    /// CUDA graphs of steps as `DSPARK_CUDA_GRAPHS` says, when it is set (builds with the
+    /// `cuda` feature; `None` otherwise).
+    pub fn step_graphs_from_env() -> Option<bool> {
+        #[cfg(feature = "cuda")]
+        return cuda_ops::graphs_configured();
+        #[cfg(not(feature = "cuda"))]
+        None
+    }
+
     /// Short forwards as fixed-shape steps (CUDA graphs on a GPU; on the CPU the same model
     /// path without graphs, so that CPU tests cover it). See `step_graphs`.
     pub fn with_step_graphs(mut self, on: bool) -> Self {

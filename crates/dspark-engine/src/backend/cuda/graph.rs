@@ -33,15 +33,14 @@ use crate::backend::StepKey;
 /// Graphs kept at most; past that the oldest caches' graphs are dropped first.
 const KEEP: usize = 64;
 
-/// Whether steps are captured and replayed by default (`DSPARK_CUDA_GRAPHS=1` / `=0` choose,
-/// for side-by-side runs in one binary). Off: on the H200 the 8B shape's replays were slower
-/// than the eager steps (docs/cuda.md, "ninth slice"); the launcher turns them on for small
-/// targets, whose steps are bound by the host's launches, unless the variable is set
-/// (`launch::graphs_by_default`).
-pub fn enabled() -> bool {
-    const DEFAULT: bool = false;
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("DSPARK_CUDA_GRAPHS").map_or(DEFAULT, |v| v != "0"))
+/// What `DSPARK_CUDA_GRAPHS` says about capturing and replaying steps, when it is set (`0`
+/// off, anything else on; for side-by-side runs in one binary). Unset, the backend starts
+/// without graphs (on the H200 the 8B shape's replays were slower than eager steps,
+/// docs/cuda.md "ninth slice") and the launcher turns them on for small targets, whose steps
+/// are bound by the host's launches (`launch::graphs_by_default`).
+pub fn configured() -> Option<bool> {
+    static ON: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("DSPARK_CUDA_GRAPHS").ok().map(|v| v != "0"))
 }
 
 /// What the ops of a step under capture read instead of host values.

@@ -115,7 +115,7 @@ mod rows;
 pub use attention::CacheAttention;
 pub use cache_write::CacheWrite;
 pub use gemm::RowsGemm;
-pub use graph::{enabled as graphs_enabled, GraphStats, Live, StepGraphs};
+pub use graph::{configured as graphs_configured, GraphStats, Live, StepGraphs};
 pub use markov::{enabled as markov_enabled, fits as markov_fits, MarkovGreedy};
 pub use qkv_store::{enabled as qkv_rope_store_enabled, QkvRopeStore};
 pub use rope::NormRope;
