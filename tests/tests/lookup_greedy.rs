@@ -103,15 +103,15 @@ impl Tally {
 }
 
 /// Runs `cases` with drafter `d` plain, with lookup at each case's cap, and with lookup at a
-/// measured count (one budget over the cases, as the pipeline carries it over requests),
-/// asserting each equals the baseline; adds the plain and lookup runs to `without` / `with`.
+/// measured count (one budget over the cases, as the pipeline carries it over requests, which
+/// also chooses how many lookup drafts a round takes), asserting each equals the baseline; adds
+/// the three runs to `t.without`, `t.with` and `t.counted`.
 fn check_cases<B: Backend>(
     name: &str,
     target: &Transformer<B>,
     d: &mut dyn Drafter<B>,
     cases: &[Case],
-    without: &mut Tally,
-    with: &mut Tally,
+    t: &mut Tallies,
 ) {
     let mut budget = DraftBudget::with_synthetic_cost(d.block_len(), |k| 1.0 + 0.1 * k as f64);
     for (i, c) in cases.iter().enumerate() {
@@ -138,21 +138,38 @@ fn check_cases<B: Backend>(
             );
             assert_eq!(r.finish_reason, base.finish_reason);
         }
-        without.add(&plain);
-        with.add(&looked);
+        t.without.add(&plain);
+        t.with.add(&looked);
+        t.counted.add(&counted);
     }
 }
 
+/// Runs without lookup, with it at each case's cap, and with it at a measured count.
+#[derive(Default)]
+struct Tallies {
+    without: Tally,
+    with: Tally,
+    counted: Tally,
+}
+
 /// Prints the tallies and asserts that lookup drafted in at least `share` of the rounds, had at
-/// least `accepted` of its drafts accepted per lookup round, and raised tau by `gain`.
-fn report(name: &str, with: &Tally, without: &Tally, share: f64, accepted: f64, gain: f64) {
+/// least `accepted` of its drafts accepted per lookup round, and raised tau by `gain`; where
+/// `share` is above 0, the measured count must have taken lookup drafts too.
+fn report(name: &str, t: &Tallies, share: f64, accepted: f64, gain: f64) {
+    let (with, without, counted) = (&t.with, &t.without, &t.counted);
     eprintln!(
-        "{name}: tau {:.3} with lookup (lookup drafts in {} of {} rounds, {} of them accepted), {:.3} without",
+        "{name}: tau {:.3} with lookup (lookup drafts in {} of {} rounds, {} of them accepted), {:.3} without; measured count: lookup in {} of {} rounds",
         with.tau(),
         with.lookup_rounds,
         with.rounds,
         with.lookup_accepted,
-        without.tau()
+        without.tau(),
+        counted.lookup_rounds,
+        counted.rounds,
+    );
+    assert!(
+        share == 0.0 || counted.lookup_rounds > 0,
+        "{name}: the measured count never took lookup drafts"
     );
     assert!(
         with.lookup_rounds as f64 >= share * with.rounds as f64,
@@ -206,8 +223,7 @@ fn lookup_greedy<B: Backend>(b: B) {
         return;
     }
     let names = ["dspark aligned", "dspark", "dflash"];
-    let mut with: [Tally; 3] = Default::default();
-    let mut without: [Tally; 3] = Default::default();
+    let mut tallies: [Tallies; 3] = Default::default();
     for seed in 0..3u64 {
         let spec = RandomSpec {
             layer_scale: 0.15,
@@ -231,19 +247,12 @@ fn lookup_greedy<B: Backend>(b: B) {
         for (k, d) in drafters.iter_mut().enumerate() {
             let cs = cases(seed * 10 + k as u64, 14, VOCAB as u32);
             let name = format!("seed {seed} {}", names[k]);
-            check_cases(
-                &name,
-                &target,
-                d.as_mut(),
-                &cs,
-                &mut without[k],
-                &mut with[k],
-            );
+            check_cases(&name, &target, d.as_mut(), &cs, &mut tallies[k]);
         }
     }
-    report(names[0], &with[0], &without[0], 0.2, 0.5, 0.0);
+    report(names[0], &tallies[0], 0.2, 0.5, 0.0);
     for k in 1..3 {
-        report(names[k], &with[k], &without[k], 0.0, 0.0, 0.0);
+        report(names[k], &tallies[k], 0.0, 0.0, 0.0);
     }
 }
 
@@ -267,12 +276,12 @@ fn lookup_reference<B: Backend>(b: B) {
     let drafters: [(&str, &mut dyn Drafter<B>); 2] =
         [("dflash-accept", &mut dflash), ("dspark", &mut dspark)];
     for (k, (name, d)) in drafters.into_iter().enumerate() {
-        let (mut with, mut without) = (Tally::default(), Tally::default());
+        let mut t = Tallies::default();
         let cs = cases(700 + k as u64, 16, vocab);
-        check_cases(name, &target, d, &cs, &mut without, &mut with);
+        check_cases(name, &target, d, &cs, &mut t);
         // measured on the CPU: lookup in 67 / 68 of 321 / 315 rounds, 102 / 165 of its drafts
         // accepted, tau 1.676 -> 1.994 (DFlash) and 2.128 -> 2.349 (DSpark)
-        report(name, &with, &without, 0.1, 1.0, 0.1);
+        report(name, &t, 0.1, 1.0, 0.1);
     }
 }
 

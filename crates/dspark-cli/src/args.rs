@@ -79,9 +79,10 @@ pub struct SpecArgs {
     #[arg(long)]
     pub draft_vocab: Option<usize>,
     /// Prompt lookup for dflash/dspark: after each round's first draft, where the context
-    /// through it ends in a pair of tokens seen earlier, draft what followed that pair instead
-    /// of the drafter's rest (exact either way). Default: on for GPUs, whose rounds verify
-    /// full blocks, off on CPUs. Env: DSPARK_LOOKUP.
+    /// through it ends in a pair of tokens seen earlier, draft what followed the occurrence
+    /// with the longest match instead of the drafter's rest (exact either way); a measured
+    /// draft count chooses how many such drafts a round verifies. Default: on with our CPU and
+    /// CUDA kernels (batch-invariant rows), off elsewhere (MLX). Env: DSPARK_LOOKUP.
     #[arg(long, value_name = "BOOL")]
     pub lookup: Option<bool>,
 }

@@ -69,7 +69,7 @@ pub struct LaunchSpec {
     /// Drafts per round; `None` = the mode's default (`spec::policy`).
     pub max_draft: Option<usize>,
     pub confidence_threshold: f32,
-    /// Prompt lookup after each round's first draft; `None` = the device's default
+    /// Prompt lookup after each round's first draft; `None` = the default
     /// (`spec::policy::lookup`).
     pub lookup: Option<bool>,
     /// Ids a DFlash/DSpark drafter's head scores (`crate::drafters::draft_vocab`).
@@ -364,7 +364,7 @@ pub fn finish_pipeline<B: LaunchBackend>(
         spec.mode,
         spec.max_draft,
         spec.confidence_threshold,
-        policy::lookup(spec.lookup, b.device_argmax()),
+        policy::lookup(spec.lookup, b.rows_batch_invariant()),
     );
     let drafter = match spec.mode {
         Mode::Baseline => None,

@@ -104,12 +104,12 @@ impl<B: Backend> Pipeline<B> {
     /// Applies live settings: drafts per round, confidence threshold (through the draft
     /// policy) and the prefix cache's slot and RAM limits. Takes effect at the next request.
     pub fn retune(&mut self, t: &crate::worker::Tuning) {
-        let gpu = self.target.model.backend().device_argmax();
+        let invariant = self.target.model.backend().rows_batch_invariant();
         self.spec = crate::spec::policy::spec_params(
             self.mode,
             t.max_draft,
             t.confidence_threshold,
-            crate::spec::policy::lookup(t.lookup, gpu),
+            crate::spec::policy::lookup(t.lookup, invariant),
         );
         self.budget = None;
         if let (Some(p), Some((slots, ram))) = (self.prefix.as_mut(), t.prefix_limits) {

@@ -103,7 +103,7 @@ pub struct Tuning {
     pub max_draft: Option<usize>,
     /// DSpark confidence truncation threshold (0 = off).
     pub confidence_threshold: f32,
-    /// Prompt lookup after each round's first draft (`None` = the device's default, see
+    /// Prompt lookup after each round's first draft (`None` = the default, see
     /// `spec::policy::lookup`).
     pub lookup: Option<bool>,
     /// Prefix-cache (slots, RAM bytes); ignored when the cache is off.

@@ -47,8 +47,8 @@ pub struct Settings {
     /// Ids a DFlash/DSpark drafter's head scores, its most frequent first, plus each prompt's
     /// (0 = the whole vocabulary; unset: what the drafter's config or ranking says).
     pub draft_vocab: Option<usize>,
-    /// Prompt lookup after each round's first draft, for DFlash/DSpark (unset: on for GPUs,
-    /// off on CPUs).
+    /// Prompt lookup after each round's first draft, for DFlash/DSpark (unset: on where
+    /// the backend's rows are batch-invariant: our CPU and CUDA kernels).
     pub lookup: Option<bool>,
     /// The prefix cache on or off.
     pub prefix_cache: Option<bool>,

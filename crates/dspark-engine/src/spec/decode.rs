@@ -6,8 +6,10 @@
 use std::time::Instant;
 
 use super::draft_budget::DraftBudget;
+use super::lookup_count::bucket;
+use super::prompt_lookup::{replace_after_first, LookupContext};
 use super::verify::{verify_greedy, verify_sampled};
-use super::{prompt_lookup, Drafter, Proposal, SpecParams};
+use super::{Drafter, Proposal, SpecParams};
 use crate::backend::Backend;
 use crate::constrain::shared as constrain;
 use crate::error::EngineError;
@@ -98,8 +100,9 @@ pub fn generate_with<B: Backend>(
         && drafter.lookup_safe()
         && drafter.block_len() >= 2
         && params.sampling.constraint.is_none();
-    let mut ctx: Vec<u32> = if lookup { prompt.to_vec() } else { Vec::new() };
+    let mut looks = lookup.then(|| LookupContext::new(prompt));
 
+    let v = target.cfg.vocab_size;
     let t1 = Instant::now();
     let mut block = vec![pending];
     let mut first = true;
@@ -114,8 +117,8 @@ pub fn generate_with<B: Backend>(
             }
             if n > 0 {
                 tokens.extend_from_slice(&block[..n]);
-                if lookup {
-                    ctx.extend_from_slice(&block[..n]);
+                if let Some(l) = looks.as_mut() {
+                    l.extend(&block[..n]);
                 }
                 if !block_lps.is_empty() {
                     sink.logprobs(&block_lps[..n]);
@@ -138,9 +141,10 @@ pub fn generate_with<B: Backend>(
             let captures = b.step_captures();
             // a measured count may be 0: a plain target step (still feeding the drafter) where
             // no draft count pays for its verify rows
+            let cap = spec.max_draft.clamp(1, drafter.block_len());
             let k = match draft_count.as_deref() {
-                Some(bud) => bud.choose(spec.max_draft.min(drafter.block_len())),
-                None => spec.max_draft.clamp(1, drafter.block_len()),
+                Some(bud) => bud.choose(cap),
+                None => cap,
             };
             let mut proposal = match k {
                 0 => Proposal {
@@ -149,9 +153,13 @@ pub fn generate_with<B: Backend>(
                 },
                 k => drafter.propose(target, pending, pos, k, spec, &params.sampling, &mut rng)?,
             };
-            let looked = lookup
-                && prompt_lookup::after_first(&mut ctx, &mut proposal, k, target.cfg.vocab_size);
-            stats.lookup_rounds += usize::from(looked);
+            let looked = match (&looks, proposal.tokens.first()) {
+                (Some(l), Some(&first)) => {
+                    lookup_drafts(l, first, &mut proposal, cap, draft_count.as_deref(), v)
+                }
+                _ => None,
+            };
+            stats.lookup_rounds += usize::from(looked.is_some());
             stats.draft_secs += td.elapsed().as_secs_f64();
             let drafts = proposal.tokens;
             stats.drafts_per_round.push(drafts.len());
@@ -171,7 +179,6 @@ pub fn generate_with<B: Backend>(
             } else {
                 b.to_f32_vec(out_logits)?
             };
-            let v = target.cfg.vocab_size;
             let outcome = if device_pick {
                 verify_greedy(&b.to_u32_vec(&b.argmax_last(out_logits)?)?, &drafts)
             } else {
@@ -206,7 +213,7 @@ pub fn generate_with<B: Backend>(
             };
             stats.verify_secs += tv.elapsed().as_secs_f64();
 
-            if looked {
+            if looked.is_some() {
                 // the first draft is the drafter's, the rest the lookup's
                 stats.lookup_accepted += outcome.accepted.saturating_sub(1);
             }
@@ -226,7 +233,7 @@ pub fn generate_with<B: Backend>(
                 } else {
                     f64::NAN
                 };
-                bud.observe(drafts.len(), outcome.accepted, secs);
+                bud.observe_round(drafts.len(), outcome.accepted, secs, looked);
             }
             block = drafts[..outcome.accepted].to_vec();
             block.push(outcome.next);
@@ -249,4 +256,26 @@ pub fn generate_with<B: Backend>(
         stats,
         logprobs: lps,
     })
+}
+
+/// Prompt lookup after `proposal`'s first draft `first`: where the context through it has a
+/// match, the drafts after it become the lookup's, as many as `budget` chooses (all it has,
+/// up to `cap` drafts in all, without one), unless the budget keeps the drafter's. Returns
+/// the match's kind ([`bucket`]) where the lookup supplied drafts.
+fn lookup_drafts(
+    looks: &LookupContext,
+    first: u32,
+    proposal: &mut Proposal,
+    cap: usize,
+    budget: Option<&DraftBudget>,
+    vocab: usize,
+) -> Option<usize> {
+    let found = looks.after(first, cap.saturating_sub(1))?;
+    let kind = bucket(found.matched);
+    let n = match budget {
+        Some(b) => b.choose_lookup(cap, proposal.tokens.len(), found.tokens.len(), kind)?,
+        None => found.tokens.len() + 1,
+    };
+    replace_after_first(proposal, &found.tokens[..n - 1], vocab);
+    Some(kind)
 }

@@ -23,12 +23,14 @@
 //! round costs come from a fixed per-backend prior instead of the clock: its counts follow the
 //! request's own acceptance alone, so the same request and seed give the same rounds.
 
+use super::lookup_count::LookupRates;
+
 /// Draft counts every budget tries once before it trusts its estimates (capped at the block).
 const WARM_UP: [usize; 8] = [1, 2, 3, 4, usize::MAX, 0, 0, 0];
 /// One round in this many tries a neighbour of the current best, one draft more and one
 /// fewer in turn, so that acceptance deeper in the block and the costs on both sides stay
 /// measured (one early, noisy measurement cannot rule a count out for good).
-const EXPLORE_EVERY: u64 = 8;
+pub(super) const EXPLORE_EVERY: u64 = 8;
 /// Every this many explorations re-measures a plain step (0 drafts) instead of a neighbour,
 /// when the best count is 2 or more: otherwise the plain step's cost, measured a few times
 /// during warm-up, would never be refreshed once drafting looked better (a slow warm-up
@@ -74,6 +76,8 @@ pub struct DraftBudget {
     plain_streak: u32,
     /// Round costs from a fixed rule instead of the clock (deterministic choices).
     synthetic: Option<RoundCost>,
+    /// Acceptance of prompt-lookup drafts ([`super::lookup_count`]).
+    pub(super) lookup: LookupRates,
 }
 
 /// A fixed rule for a round's cost by drafts verified, in any unit (a plain step's cost is
@@ -109,6 +113,7 @@ impl DraftBudget {
             rounds: 0,
             plain_streak: 0,
             synthetic: None,
+            lookup: LookupRates::new(block),
         }
     }
 
@@ -186,17 +191,39 @@ impl DraftBudget {
     /// `secs` of wall time (drafting and verifying; not finite: a round not to be timed, whose
     /// acceptance still counts).
     pub fn observe(&mut self, drafted: usize, accepted: usize, secs: f64) {
+        self.observe_round(drafted, accepted, secs, None);
+    }
+
+    /// [`DraftBudget::observe`] for a round whose drafts after the first came from prompt
+    /// lookup with a match of bucket `lookup` ([`super::lookup_count::bucket`]): its first
+    /// draft counts as the drafter's, the rest as the lookup's.
+    pub fn observe_round(
+        &mut self,
+        drafted: usize,
+        accepted: usize,
+        secs: f64,
+        lookup: Option<usize>,
+    ) {
         let drafted = drafted.min(self.block);
         let accepted = accepted.min(drafted);
         if self.tried[0] >= COUNT_HALF_LIFE {
             self.tried.iter_mut().for_each(|t| *t *= 0.5);
             self.accepted.iter_mut().for_each(|a| *a *= 0.5);
+            self.lookup.halve();
         }
-        for i in 0..(accepted + 1).min(drafted) {
+        let own = if lookup.is_some() {
+            drafted.min(1)
+        } else {
+            drafted
+        };
+        for i in 0..(accepted + 1).min(own) {
             self.tried[i] += 1.0;
         }
-        for a in &mut self.accepted[..accepted] {
+        for a in &mut self.accepted[..accepted.min(own)] {
             *a += 1.0;
+        }
+        if let Some(b) = lookup {
+            self.lookup.observe(b, drafted, accepted);
         }
         let secs = match self.synthetic {
             Some(rule) => rule.of(drafted),
@@ -223,6 +250,11 @@ impl DraftBudget {
     /// Rounds observed so far by drafts verified (index k; 0: plain target steps).
     pub fn rounds_by_count(&self) -> &[u64] {
         &self.by_count
+    }
+
+    /// Rounds observed so far (every kind).
+    pub fn rounds(&self) -> u64 {
+        self.rounds
     }
 
     /// Estimated probability that draft `i` is accepted given that every earlier one was:
@@ -253,6 +285,11 @@ impl DraftBudget {
             total += run;
         }
         total
+    }
+
+    /// Whether round costs come from the clock and the warm-up's visits are not over yet.
+    pub(super) fn warming_up(&self) -> bool {
+        (self.rounds as usize) < WARM_UP.len() && !self.costs_known()
     }
 
     /// Estimated wall seconds of a round with `k` drafts: measured where it was, else

@@ -8,6 +8,7 @@
 
 pub mod decode;
 pub mod draft_budget;
+pub mod lookup_count;
 pub mod policy;
 pub mod prompt_lookup;
 pub mod verify;

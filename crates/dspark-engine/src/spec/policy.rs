@@ -204,11 +204,14 @@ pub fn drafter_block(mode: Mode, configured: Option<usize>) -> usize {
 }
 
 /// Whether prompt lookup fills each round's drafts after the first where the context has a
-/// match ([`super::prompt_lookup`]): as configured, else on a GPU (`gpu`: the backend takes
-/// greedy ids on the device), whose rounds verify full blocks at little cost, and off on CPUs,
-/// which verify 2-3 drafts a round, where the lookup gains nothing measurable.
-pub fn lookup(configured: Option<bool>, gpu: bool) -> bool {
-    configured.unwrap_or(gpu)
+/// match ([`super::prompt_lookup`]): as configured, else where the backend's rows are
+/// batch-invariant (`invariant`: our CPU and CUDA kernels), since a lookup round may verify
+/// fewer rows than the drafter's and greedy identity then rests on rows whose bits do not
+/// depend on the block. GPUs verify full blocks at little cost; on CPUs the draft-count budget
+/// gives lookup rounds counts of their own ([`super::lookup_count`]), which made the demo's
+/// drafters 5-19% faster on a 2-core Zen 4 (`bench-results/lookup-count-cpu-zen4.json`).
+pub fn lookup(configured: Option<bool>, invariant: bool) -> bool {
+    configured.unwrap_or(invariant)
 }
 
 /// The speculative loop's knobs. A negative or NaN threshold means off.
