@@ -3,9 +3,11 @@
 //!
 //! Lookup drafts are accepted at rates of their own, which depend on how long the match that
 //! found them was. In an exact greedy walk of the demo's drafters over 40 + 40 held-out prompts
-//! (2-core CPU costs: a verified draft adds about 0.16 of a decode step), lookup drafts after a
-//! match of the pair alone lost to the drafter's own at every count, while after a match of
-//! three or more tokens they paid for 7-9 drafts a round where the drafter's best was 2-3. So
+//! (2-core CPU costs: a verified draft adds about 0.16 of a decode step;
+//! `scripts/train/lookup_count_walk.py`, `bench-results/smollm2-lookup-count-walk.json`), lookup
+//! drafts after a match of the pair alone lost to the drafter's own at every count, while after
+//! a match of three or more tokens they paid for a full block where the drafter's best was 2-3
+//! drafts (HumanEval: 14% more tokens per unit of round cost). So
 //! the budget keeps the lookup's acceptance per draft position apart for the two kinds of
 //! match, and after a first draft with a match chooses between the drafter's count (its own
 //! drafts) and the lookup's best count, by expected tokens per second of round time.
