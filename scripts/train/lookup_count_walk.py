@@ -17,7 +17,6 @@ with a Python that has torch, transformers and gguf (as evaluate.py).
 from __future__ import annotations
 
 import argparse
-import gzip
 import itertools
 import json
 import os
@@ -27,40 +26,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+from lookup_walk import held_out_walks, write_result  # noqa: E402
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 EOS = set(common.EOS_IDS)
 OPTS = [None, 2, 3, 4, 5, 7]
-
-
-def walk_runs(a):
-    """Per set: each prompt's ids, greedy response and each drafter's accept runs."""
-    import torch
-    import evaluate as ev
-    torch.set_num_threads(os.cpu_count() or 1)
-    tok_, model, template = common.load_target(a.gguf_dir, "cpu")
-    taps = common.Taps(model, common.TAPS)
-    emb = common.embed_weight(model)
-    d = os.path.join(ROOT, "assets", "drafters")
-    drafters = {"dflash8": ev.load_drafter(f"{d}/smollm2-135m-dflash-b16", emb.shape[1], "cpu", 8),
-                "dspark": ev.load_drafter(f"{d}/smollm2-135m-dspark-b7", emb.shape[1], "cpu")}
-    mt = [json.loads(x)["turns"][0] for x in open(f"{a.artefacts}/mtbench/question.jsonl") if x.strip()]
-    he = [json.loads(x)["prompt"] for x in gzip.open(f"{a.artefacts}/humaneval/HumanEval.jsonl.gz", "rt") if x.strip()]
-    out = {}
-    for sname, prompts in (("mtbench", mt[:a.prompts]), ("humaneval", he[:a.prompts])):
-        ids = [common.chat_ids(tok_, template, p) for p in prompts]
-        resps = common.batched_generate(model, ids, a.max_new, sample=False, device="cpu")
-        recs = []
-        for p, r in zip(ids, resps):
-            seq = torch.tensor([p + r])
-            fused, _ = common.target_states(model, taps, seq, torch.ones_like(seq))
-            rec = {"prompt": p, "resp": r}
-            for name, (cfg, net, heads) in drafters.items():
-                kind = "dspark" if heads is not None else "dflash"
-                rec[name] = ev.accept_runs(kind, cfg, net, heads, emb, fused, seq, len(p))
-            recs.append(rec)
-        out[sname] = recs
-    return out
 
 
 def lookup(ctx, width, longest):
@@ -140,7 +109,7 @@ def main():
     if a.dump and os.path.exists(a.dump):
         data = pickle.load(open(a.dump, "rb"))
     else:
-        data = walk_runs(a)
+        data = held_out_walks(a)
         if a.dump:
             pickle.dump(data, open(a.dump, "wb"))
     result = {"about": __doc__.split("\n\n")[0], "prompts_per_set": a.prompts, "max_new": a.max_new,
@@ -174,10 +143,7 @@ def main():
                                            "tau": best[2][0], "tokens_per_cost": best[2][1]}
             result["sets"][f"{sname}/{name}"] = row
             print(sname, name, json.dumps(row), flush=True)
-    result["seconds"] = round(time.time() - t0, 1)
-    with open(a.out, "w") as f:
-        json.dump(result, f, indent=1)
-        f.write("\n")
+    write_result(a.out, result, t0)
 
 
 if __name__ == "__main__":

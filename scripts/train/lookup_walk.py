@@ -70,6 +70,43 @@ def tau(runs, resps, max_new, cap):
     return round(ev.mean_tau(runs, resps, max_new, cap), 3)
 
 
+def held_out_walks(a):
+    """Per held-out set (mtbench, humaneval): for each of its first `a.prompts` prompts, the
+    chat ids, the target's greedy response of `a.max_new` tokens and each shipped drafter's
+    accept runs over it (evaluate.accept_runs), on the CPU."""
+    tok_, model, template = common.load_target(a.gguf_dir, "cpu")
+    taps = common.Taps(model, common.TAPS)
+    emb = common.embed_weight(model)
+    d = os.path.join(ROOT, "assets", "drafters")
+    drafters = {"dflash8": ev.load_drafter(f"{d}/smollm2-135m-dflash-b16", emb.shape[1], "cpu", 8),
+                "dspark": ev.load_drafter(f"{d}/smollm2-135m-dspark-b7", emb.shape[1], "cpu")}
+    mt = [json.loads(x)["turns"][0] for x in open(f"{a.artefacts}/mtbench/question.jsonl") if x.strip()]
+    he = [json.loads(x)["prompt"] for x in gzip.open(f"{a.artefacts}/humaneval/HumanEval.jsonl.gz", "rt") if x.strip()]
+    out = {}
+    for sname, prompts in (("mtbench", mt[:a.prompts]), ("humaneval", he[:a.prompts])):
+        ids = [common.chat_ids(tok_, template, p) for p in prompts]
+        resps = common.batched_generate(model, ids, a.max_new, sample=False, device="cpu")
+        recs = []
+        for p, r in zip(ids, resps):
+            seq = torch.tensor([p + r])
+            fused, _ = common.target_states(model, taps, seq, torch.ones_like(seq))
+            rec = {"prompt": p, "resp": r}
+            for name, (cfg, net, heads) in drafters.items():
+                kind = "dspark" if heads is not None else "dflash"
+                rec[name] = ev.accept_runs(kind, cfg, net, heads, emb, fused, seq, len(p))
+            recs.append(rec)
+        out[sname] = recs
+    return out
+
+
+def write_result(path, result, t0):
+    """`result`, with the seconds since `t0`, as indented JSON at `path`."""
+    result["seconds"] = round(time.time() - t0, 1)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gguf-dir", required=True)
@@ -79,31 +116,16 @@ def main():
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     t0 = time.time()
-    tok_, model, template = common.load_target(a.gguf_dir, "cpu")
-    taps = common.Taps(model, common.TAPS)
-    emb = common.embed_weight(model)
-    d = os.path.join(ROOT, "assets", "drafters")
-    drafters = {"dflash8": ev.load_drafter(f"{d}/smollm2-135m-dflash-b16", emb.shape[1], "cpu", 8),
-                "dspark": ev.load_drafter(f"{d}/smollm2-135m-dspark-b7", emb.shape[1], "cpu")}
-    mt = [json.loads(x)["turns"][0] for x in open(f"{a.artefacts}/mtbench/question.jsonl") if x.strip()]
-    he = [json.loads(x)["prompt"] for x in gzip.open(f"{a.artefacts}/humaneval/HumanEval.jsonl.gz", "rt") if x.strip()]
     result = {"about": __doc__.split("\n\n")[0], "prompts_per_set": a.prompts, "max_new": a.max_new, "sets": {}}
-    for sname, prompts in (("mtbench", mt[:a.prompts]), ("humaneval", he[:a.prompts])):
-        ids = [common.chat_ids(tok_, template, p) for p in prompts]
-        resps = common.batched_generate(model, ids, a.max_new, sample=False, device="cpu")
-        runs = {k: [] for k in drafters}
-        lk = []
-        for p, r in zip(ids, resps):
-            seq = torch.tensor([p + r])
-            fused, _ = common.target_states(model, taps, seq, torch.ones_like(seq))
-            for name, (cfg, net, heads) in drafters.items():
-                kind = "dspark" if heads is not None else "dflash"
-                runs[name].append(ev.accept_runs(kind, cfg, net, heads, emb, fused, seq, len(p)))
-            lk.append(lookup_runs(p + r, len(p), max(CAPS)))
+    for sname, recs in held_out_walks(a).items():
+        resps = [rec["resp"] for rec in recs]
+        names = ("dflash8", "dspark")
+        runs = {name: [rec[name] for rec in recs] for name in names}
+        lk = [lookup_runs(rec["prompt"] + rec["resp"], len(rec["prompt"]), max(CAPS)) for rec in recs]
         row = {"anchors_with_a_match": round(sum(h for x in lk for h, _ in x) / sum(len(x) for x in lk), 3)}
         for cap in CAPS:
             row[f"lookup_cap{cap}"] = tau([[n for _, n in x] for x in lk], resps, a.max_new, cap)
-            for name in drafters:
+            for name in names:
                 row[f"{name}_cap{cap}"] = tau(runs[name], resps, a.max_new, cap)
                 both = [[n if h else m_ for (h, n), m_ in zip(x, m)] for x, m in zip(lk, runs[name])]
                 row[f"{name}+lookup_cap{cap}"] = tau(both, resps, a.max_new, cap)
@@ -112,10 +134,7 @@ def main():
                         [extend(m, x, d) for x, m in zip(lk, runs[name])], resps, a.max_new, cap)
         result["sets"][sname] = row
         print(sname, json.dumps(row), flush=True)
-    result["seconds"] = round(time.time() - t0, 1)
-    with open(a.out, "w") as f:
-        json.dump(result, f, indent=1)
-        f.write("\n")
+    write_result(a.out, result, t0)
 
 
 if __name__ == "__main__":
