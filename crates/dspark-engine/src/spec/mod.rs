@@ -60,7 +60,7 @@ pub struct SpecParams {
     /// confidences is >= this (at least one draft). 0 = off.
     pub confidence_threshold: f32,
     /// Drafts after the first come from prompt lookup where the context has a match
-    /// ([`prompt_lookup::after_first`]).
+    /// ([`prompt_lookup::LookupContext::after`]; counts: [`lookup_count`]).
     pub lookup: bool,
 }
 
