@@ -208,8 +208,9 @@ pub fn drafter_block(mode: Mode, configured: Option<usize>) -> usize {
 /// batch-invariant (`invariant`: our CPU and CUDA kernels), since a lookup round may verify
 /// fewer rows than the drafter's and greedy identity then rests on rows whose bits do not
 /// depend on the block. GPUs verify full blocks at little cost; on CPUs the draft-count budget
-/// gives lookup rounds counts of their own ([`super::lookup_count`]), which made the demo's
-/// drafters 5-19% faster on a 2-core Zen 4 (`bench-results/lookup-count-cpu-zen4.json`).
+/// gives lookup rounds counts of their own ([`super::lookup_count`]): with them the demo's
+/// drafters were faster in 11 of 12 alternated pairs on a 2-core Zen 4 (HumanEval +3-14%,
+/// MT-Bench -3 to +17%; `bench-results/lookup-count-cpu-zen4.json`).
 pub fn lookup(configured: Option<bool>, invariant: bool) -> bool {
     configured.unwrap_or(invariant)
 }
