@@ -59,6 +59,25 @@ const COST_EMA: f64 = 0.2;
 /// estimates follow a change of prompt domain without forgetting everything.
 const COUNT_HALF_LIFE: f64 = 512.0;
 
+/// Acceptance estimates of consecutive draft positions from their counts (`accepted[i]` of
+/// `tried[i]`), each with two pseudo-rounds at the previous position's estimate (1/2 before
+/// the first): a position seldom tried is taken to be about as good as the one before it.
+pub(super) fn chained_rates<'a>(
+    accepted: &'a [f64],
+    tried: &'a [f64],
+) -> impl Iterator<Item = f64> + 'a {
+    let mut rate = 0.5;
+    accepted.iter().zip(tried).map(move |(a, t)| {
+        rate = (a + 2.0 * rate) / (t + 2.0);
+        rate
+    })
+}
+
+/// Halves every count in `v` (the budget's half-life).
+pub(super) fn halve(v: &mut [f64]) {
+    v.iter_mut().for_each(|x| *x *= 0.5);
+}
+
 /// The measured state of one drafter's rounds (kept across requests by the pipeline).
 #[derive(Clone, Debug)]
 pub struct DraftBudget {
@@ -207,8 +226,8 @@ impl DraftBudget {
         let drafted = drafted.min(self.block);
         let accepted = accepted.min(drafted);
         if self.tried[0] >= COUNT_HALF_LIFE {
-            self.tried.iter_mut().for_each(|t| *t *= 0.5);
-            self.accepted.iter_mut().for_each(|a| *a *= 0.5);
+            halve(&mut self.tried);
+            halve(&mut self.accepted);
             self.lookup.halve();
         }
         let own = if lookup.is_some() {
@@ -269,11 +288,7 @@ impl DraftBudget {
 
     /// [`DraftBudget::accept_rate`] of positions 0, 1, .. in turn, each built on the last.
     fn rates(&self) -> impl Iterator<Item = f64> + '_ {
-        let mut rate = 0.5;
-        self.accepted.iter().zip(&self.tried).map(move |(a, t)| {
-            rate = (a + 2.0 * rate) / (t + 2.0);
-            rate
-        })
+        chained_rates(&self.accepted, &self.tried)
     }
 
     /// Expected tokens a round with `k` drafts commits (accepted drafts + 1).

@@ -18,7 +18,7 @@
 //! the first draft is drawn are a stopping rule on drawn drafts, under which each position's
 //! acceptance test stays exact (as with DSpark's confidence cut).
 
-use super::draft_budget::{DraftBudget, EXPLORE_EVERY};
+use super::draft_budget::{chained_rates, halve, DraftBudget, EXPLORE_EVERY};
 use super::prompt_lookup::NGRAM;
 
 /// Kinds of match whose acceptance is kept apart: the pair alone (0) and longer (1).
@@ -50,7 +50,7 @@ impl LookupRates {
     /// Halves every count (the budget's half-life).
     pub fn halve(&mut self) {
         for v in self.tried.iter_mut().chain(self.accepted.iter_mut()) {
-            v.iter_mut().for_each(|x| *x *= 0.5);
+            halve(v);
         }
     }
 
@@ -70,15 +70,7 @@ impl LookupRates {
     /// was accepted: the counts with two pseudo-rounds at the previous position's estimate (1/2
     /// before the first), as the budget estimates the drafter's.
     pub fn rates(&self, bucket: usize) -> impl Iterator<Item = f64> + '_ {
-        let mut rate = 0.5;
-        self.accepted[bucket]
-            .iter()
-            .zip(&self.tried[bucket])
-            .skip(1)
-            .map(move |(a, t)| {
-                rate = (a + 2.0 * rate) / (t + 2.0);
-                rate
-            })
+        chained_rates(&self.accepted[bucket][1..], &self.tried[bucket][1..])
     }
 }
 
