@@ -16,7 +16,6 @@ with a Python that has torch, transformers and gguf (as evaluate.py).
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
@@ -26,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from lookup_walk import held_out_walks, write_result  # noqa: E402
+from lookup_walk import held_out_walks, walk_args, write_result  # noqa: E402
 
 EOS = set(common.EOS_IDS)
 OPTS = [None, 2, 3, 4, 5, 7]
@@ -95,15 +94,10 @@ def walk(rec, name, pre, k_own, k_kind, a):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--gguf-dir", required=True)
-    ap.add_argument("--artefacts", default=os.path.expanduser("~/.cache/dspark/artefacts"))
-    ap.add_argument("--prompts", type=int, default=40)
-    ap.add_argument("--max-new", type=int, default=128)
+    ap = walk_args(__doc__, 40)
     ap.add_argument("--row", type=float, default=0.16)
     ap.add_argument("--draft", type=float, default=0.1)
     ap.add_argument("--dump")
-    ap.add_argument("--out", required=True)
     a = ap.parse_args()
     t0 = time.time()
     if a.dump and os.path.exists(a.dump):

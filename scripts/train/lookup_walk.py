@@ -107,14 +107,19 @@ def write_result(path, result, t0):
         f.write("\n")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def walk_args(doc, prompts):
+    """The walk's command line (held_out_walks' inputs and --out), described by `doc`."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gguf-dir", required=True)
     ap.add_argument("--artefacts", default=os.path.expanduser("~/.cache/dspark/artefacts"))
-    ap.add_argument("--prompts", type=int, default=20)
+    ap.add_argument("--prompts", type=int, default=prompts)
     ap.add_argument("--max-new", type=int, default=128)
     ap.add_argument("--out", required=True)
-    a = ap.parse_args()
+    return ap
+
+
+def main():
+    a = walk_args(__doc__, 20).parse_args()
     t0 = time.time()
     result = {"about": __doc__.split("\n\n")[0], "prompts_per_set": a.prompts, "max_new": a.max_new, "sets": {}}
     for sname, recs in held_out_walks(a).items():
