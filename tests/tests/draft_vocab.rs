@@ -113,6 +113,113 @@ fn cuda_greedy_with_a_draft_vocabulary_equals_baseline() {
     greedy_identity(dspark_tests::cuda_backend());
 }
 
+/// With CUDA graphs (heads of 64, which the captured steps take), a prompt whose ids join the
+/// draft vocabulary replays the block steps an earlier prompt captured: the steps read only the
+/// ranked rows, and the prompt's rows join after them. Prompts A and B (the same length, each
+/// with ids outside the ranked subset) run A, B, A, B over one cache; the second A and B
+/// capture nothing (they captured a step for every draft count before this change, when the
+/// key named the prompt rows' build), and all four equal the baseline.
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_a_new_prompt_replays_the_drafters_captured_steps() {
+    use dspark_engine::backend::DType;
+    const V: usize = 256;
+    let spec = RandomSpec {
+        hidden: 128,
+        intermediate: 256,
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 64,
+        layer_scale: 0.15,
+        ..RandomSpec::tiny(V)
+    };
+    let b = CandleBackend::cuda(0)
+        .unwrap_or_else(|e| panic!("cuda:0: {e}"))
+        .with_dtype(DType::BF16)
+        .with_step_graphs(true);
+    let (_, tsrc) = random_target(&spec, 71);
+    let target = Transformer::load(&b, spec.config(), &tsrc).unwrap();
+    let mask = |d: DrafterSpec| DrafterSpec {
+        mask_token_id: V as u32 - 1,
+        ..d
+    };
+    let (fcfg, fsrc) = random_dflash(&spec, &mask(drafter_spec(16, vec![0, 2], 3.0)), 5);
+    let (dcfg, dsrc) = random_dspark(
+        &spec,
+        &tsrc,
+        &mask(drafter_spec(7, vec![0, 1, 2], 0.5)),
+        Some(4.0),
+        5,
+    );
+    let choice = || VocabChoice::ranked(None, None).with_prompt_ids(true);
+    let mut drafters: [Box<dyn Drafter<CandleBackend>>; 2] = [
+        Box::new(
+            dflash_from_parts(&b, &fcfg, &fsrc, &target)
+                .unwrap()
+                .with_vocab_choice(choice()),
+        ),
+        Box::new(
+            dspark_from_parts(&b, &dcfg, &dsrc, &target)
+                .unwrap()
+                .with_vocab_choice(choice()),
+        ),
+    ];
+    let prompts: [Vec<u32>; 2] = [vec![200, 201, 5, 6, 7, 210], vec![220, 230, 5, 6, 7, 240]];
+    for d in drafters.iter_mut() {
+        assert_eq!(
+            d.set_draft_vocab(&target, DraftVocabSize::Top(128))
+                .unwrap(),
+            Some(128)
+        );
+        let cases: Vec<Case> = prompts
+            .iter()
+            .map(|p| Case {
+                prompt: p.clone(),
+                max_new: 48,
+                cap: 6,
+                eos: vec![],
+            })
+            .collect();
+        let base: Vec<_> = cases
+            .iter()
+            .map(|c| {
+                let mut cache = target.new_cache();
+                baseline::generate(&target, &mut cache, &c.prompt, &c.params(), &mut Vec::new())
+                    .unwrap()
+            })
+            .collect();
+        let s = SpecParams {
+            max_draft: 6,
+            confidence_threshold: 0.0,
+            lookup: false,
+        };
+        let mut cache = target.new_cache();
+        let mut captured = Vec::new();
+        for (i, c) in cases.iter().chain(&cases).enumerate() {
+            cache.clear();
+            d.truncate(0);
+            let before = b.step_captures();
+            let r = decode::generate(
+                &target,
+                &mut cache,
+                d.as_mut(),
+                &c.prompt,
+                &c.params(),
+                &s,
+                &mut Vec::new(),
+            )
+            .unwrap();
+            captured.push(b.step_captures() - before);
+            assert_eq!(r.tokens, base[i % 2].tokens, "{} run {i}", d.name());
+        }
+        eprintln!("{}: steps captured per run {captured:?}", d.name());
+        assert!(captured[0] > 0, "{}: {captured:?}", d.name());
+        assert_eq!(&captured[2..], [0, 0], "{}: {captured:?}", d.name());
+    }
+    let st = b.step_graph_stats();
+    assert_eq!(st.failed, 0, "{st:?}");
+}
+
 /// Greedy identity over every case; returns each run's rounds (`[pending, drafts..]`). Each
 /// case's prompt ids join the ranked ones, so the rows are rebuilt from case to case, and
 /// some drafts must be prompt ids outside the ranked subset.

@@ -334,21 +334,26 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
     // on-CPU seconds of the whole process per phase: with one thread (RAYON_NUM_THREADS=1
     // DSPARK_FAN_OUT=never) this is the work itself, whatever else loads the machine
     let (mut cpu_base, mut cpu_spec) = (0.0, 0.0);
+    // steps captured as device graphs during each phase (CUDA graphs; 0 elsewhere)
+    let (mut captures_base, mut captures_spec) = (0u64, 0u64);
     for (i, p) in ids.iter().enumerate() {
         let c0 = process_cpu_secs();
+        let g0 = b.step_captures();
         let run_params = GenParams {
             sampling: bench_sampling(&a, i),
             ..params.clone()
         };
         let rb = pipe.generate_baseline(p, &run_params, &mut Vec::new())?;
         cpu_base += process_cpu_secs() - c0;
+        captures_base += b.step_captures() - g0;
         add_ops(&mut prof_base, profile::take());
         eprintln!("  prompt {i}: baseline {:.1} tok/s", rb.tokens_per_sec());
         base_ids.push(rb.tokens.clone());
         if spec_on {
-            let c0 = process_cpu_secs();
+            let (c0, g0) = (process_cpu_secs(), b.step_captures());
             let rs = pipe.generate(p, &run_params, &mut Vec::new())?;
             cpu_spec += process_cpu_secs() - c0;
+            captures_spec += b.step_captures() - g0;
             add_ops(&mut prof_spec, profile::take());
             identical += usize::from(rs.tokens == rb.tokens);
             eprintln!(
@@ -417,6 +422,7 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
     println!("memory read bandwidth {bw:.1} GB/s; weights {:.1} MB/token -> decode ceiling {ceiling:.1} tok/s", weight_bytes as f64 / 1e6);
     println!("baseline        {base_tps:7.1} tok/s  (decode {base_decode_tps:.1} tok/s = {:.0}% of ceiling; prefill {prefill_tps:.0} tok/s; {:.2} cpu-ms/token)", 100.0 * base_decode_tps / ceiling, 1e3 * cpu_base / bs.tokens as f64);
     out["baseline"]["cpu_ms_per_token"] = json!(1e3 * cpu_base / bs.tokens as f64);
+    out["baseline"]["step_captures"] = json!(captures_base);
     if spec_on {
         let tps = ss.tokens as f64 / ss.secs;
         let tau = (ss.tokens - spec.len()) as f64 / ss.rounds.max(1) as f64;
@@ -435,6 +441,9 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
             100.0 * ss.draft / ss.decode_secs,
             100.0 * ss.verify / ss.decode_secs,
         );
+        if captures_base + captures_spec > 0 {
+            println!("steps captured as device graphs: {captures_base} in the baseline runs, {captures_spec} in the {} runs", pipe.mode.as_str());
+        }
         let decode_tps = ss.tokens.saturating_sub(spec.len()) as f64 / ss.decode_secs.max(1e-9);
         out["spec"] = json!({"mode": pipe.mode.as_str(), "drafter": pipe.drafter_name(), "tok_s": tps, "ratio_vs_baseline": ratio,
             "decode_tok_s": decode_tps, "decode_ratio_vs_baseline": decode_tps / base_decode_tps,
@@ -448,7 +457,7 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
             "round_ms_by_draft_count": pipe.draft_budget().map(|b| (0..=b.block()).map(|k| b.round_cost(k).map(|c| 1e3 * c)).collect::<Vec<_>>()),
             "accept_rate_by_draft_position": pipe.draft_budget().map(|b| (0..b.block()).map(|i| b.accept_rate(i)).collect::<Vec<_>>()),
             "pct_of_baseline_ceiling": 100.0 * tps / ceiling, "cpu_ms_per_token": 1e3 * cpu_spec / ss.tokens.max(1) as f64,
-            "cpu_time_ratio_vs_baseline": cpu_ratio});
+            "cpu_time_ratio_vs_baseline": cpu_ratio, "step_captures": captures_spec});
         if sampled {
             out["spec"]["temperature"] = json!(a.temperature);
             out["spec"]["top_p"] = json!(a.top_p);

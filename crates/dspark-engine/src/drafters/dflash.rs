@@ -9,7 +9,7 @@ use rand::RngCore;
 use crate::backend::{BResult, Backend};
 use crate::constrain::Drafting;
 use crate::drafters::draft_vocab::{
-    rows_key, subset_logits, DraftVocabSize, SubsetRows, VocabChoice,
+    join_prompt_logits, ranked_logits, rows_key, DraftVocabSize, SubsetRows, VocabChoice,
 };
 use crate::error::EngineError;
 use crate::model::kv_injection::KvInjectionNet;
@@ -95,25 +95,45 @@ pub(crate) fn choose_one(
     Ok(Some(d))
 }
 
-/// The drafts' logits `[1, n, vocab]`: the block `[pending, mask..]` through the drafter over
-/// its context, rows 1..=n through the target's LM head (and the drafter's softcap).
-fn draft_logits<B: Backend>(
+/// The drafts' hidden rows and their logits over the draft vocabulary's ranked rows (what a
+/// captured block step computes; [`draft_logits`] joins the prompt's rows): the block
+/// `[pending, mask..]` through the drafter over its context, rows 1..=n through the target's LM
+/// head.
+fn ranked_draft_logits<B: Backend>(
     net: &mut KvInjectionNet<B>,
     target: &Transformer<B>,
     block: &[u32],
     n: usize,
-    softcap: Option<f32>,
     head_rows: Option<&SubsetRows<B::Linear>>,
-) -> BResult<B::Tensor> {
+) -> BResult<Vec<B::Tensor>> {
     let b = target.backend();
     let x = target.embed(block)?;
     let h = net.block(&x)?;
     let rows = b.narrow(&h, 1, 1, n)?;
-    let logits = subset_logits(b, head_rows, |w| target.draft_lm_head(&rows, w))?;
-    match softcap {
-        Some(cap) => b.softcap(&logits, cap),
-        None => Ok(logits),
-    }
+    let logits = ranked_logits(head_rows, |w| target.draft_lm_head(&rows, w))?;
+    Ok(vec![logits, rows])
+}
+
+/// The drafts' logits `[1, n, vocab]` from [`ranked_draft_logits`]' outputs: the prompt's rows
+/// joined, then the drafter's softcap.
+fn draft_logits<B: Backend>(
+    target: &Transformer<B>,
+    step: Vec<B::Tensor>,
+    softcap: Option<f32>,
+    head_rows: Option<&SubsetRows<B::Linear>>,
+) -> Result<B::Tensor, EngineError> {
+    let b = target.backend();
+    let mut outs = step.into_iter();
+    let (Some(ranked), Some(rows)) = (outs.next(), outs.next()) else {
+        return Err(EngineError::Invalid(
+            "the dflash block step gave no logits".into(),
+        ));
+    };
+    let logits = join_prompt_logits(b, head_rows, ranked, |w| target.draft_lm_head(&rows, w))?;
+    Ok(match softcap {
+        Some(cap) => b.softcap(&logits, cap)?,
+        None => logits,
+    })
 }
 
 impl<B: Backend> Drafter<B> for DFlash<B> {
@@ -161,16 +181,12 @@ impl<B: Backend> Drafter<B> for DFlash<B> {
         let n = max.min(bs - 1);
         let softcap = self.net.cfg.final_logit_softcapping;
         let head_rows = self.vocab.as_ref();
-        let mut forward = |net: &mut KvInjectionNet<B>| {
-            Ok(vec![draft_logits(
-                net, target, &block, n, softcap, head_rows,
-            )?])
-        };
-        let logits = self
+        let mut forward =
+            |net: &mut KvInjectionNet<B>| ranked_draft_logits(net, target, &block, n, head_rows);
+        let step = self
             .net
-            .block_step("dflash", &block, rows_key(n, head_rows), &mut forward)?
-            .pop()
-            .ok_or_else(|| EngineError::Invalid("the dflash block step gave no logits".into()))?;
+            .block_step("dflash", &block, rows_key(n, head_rows), &mut forward)?;
+        let logits = draft_logits(target, step, softcap, head_rows)?;
         let vocab = self.vocab.as_ref().map(|r| &r.vocab);
         if plain_greedy(sampling) && b.device_argmax() {
             let ids = b.to_u32_vec(&b.argmax_last(&logits)?)?;

@@ -322,8 +322,10 @@ pub struct SubsetRows<L> {
     pub vocab: DraftVocab,
     pub ranked: L,
     pub prompt: Option<L>,
-    /// Unique to each build of either part in this process, so that a captured step that read
-    /// other rows is not replayed over these.
+    /// Unique to each build of the ranked rows in this process, so that a captured step that
+    /// read other rows is not replayed over these. Captured steps read only the ranked rows
+    /// ([`ranked_logits`]); the prompt's rows, rebuilt for every prompt, join after the step
+    /// ([`join_prompt_logits`]), so a new prompt replays the steps the last one captured.
     pub generation: u64,
 }
 
@@ -338,18 +340,17 @@ impl<L> SubsetRows<L> {
     ) -> Result<Option<SubsetRows<L>>, E> {
         static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let Some(v) = v else { return Ok(None) };
-        let generation = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let ranked = match cur {
+        let (ranked, generation) = match cur {
             Some(c) if c.vocab.ranked_ids() == v.ranked_ids() => {
                 if c.vocab.prompt_ids() == v.prompt_ids() {
                     return Ok(Some(c));
                 }
-                c.ranked
+                (c.ranked, c.generation)
             }
             other => {
                 drop(other); // the old rows go before the new are built
                 match rows(v.ranked_ids())? {
-                    Some(r) => r,
+                    Some(r) => (r, BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
                     None => return Ok(None),
                 }
             }
@@ -370,17 +371,26 @@ impl<L> SubsetRows<L> {
     }
 }
 
-/// A head's logits over a draft vocabulary's rows (the ranked rows', then the prompt's rows'
-/// joined after them), or over the whole head: `head(None)` is the whole head, `head(Some(w))`
-/// those rows.
-pub fn subset_logits<B: Backend>(
+/// A head's logits over a draft vocabulary's ranked rows, or over the whole head without a
+/// draft vocabulary: `head(None)` is the whole head, `head(Some(w))` those rows. What a captured
+/// block step computes; [`join_prompt_logits`] completes it after the step.
+pub fn ranked_logits<L, T>(
+    rows: Option<&SubsetRows<L>>,
+    head: impl Fn(Option<&L>) -> BResult<T>,
+) -> BResult<T> {
+    head(rows.map(|r| &r.ranked))
+}
+
+/// [`ranked_logits`]' result with the prompt's rows' logits joined after it (on the last
+/// axis), where the draft vocabulary has prompt ids: the logits over the whole draft vocabulary,
+/// in its id order ([`DraftVocab::ids`]).
+pub fn join_prompt_logits<B: Backend>(
     b: &B,
     rows: Option<&SubsetRows<B::Linear>>,
+    ranked: B::Tensor,
     head: impl Fn(Option<&B::Linear>) -> BResult<B::Tensor>,
 ) -> BResult<B::Tensor> {
-    let Some(r) = rows else { return head(None) };
-    let ranked = head(Some(&r.ranked))?;
-    match &r.prompt {
+    match rows.and_then(|r| r.prompt.as_ref()) {
         None => Ok(ranked),
         Some(p) => {
             let extra = head(Some(p))?;
@@ -390,8 +400,8 @@ pub fn subset_logits<B: Backend>(
     }
 }
 
-/// A block step's shape key: the draft count and, under a draft vocabulary, its rows' build
-/// (a captured step reads the rows it was captured with).
+/// A block step's shape key: the draft count and, under a draft vocabulary, its ranked rows'
+/// build (a captured step reads the rows it was captured with).
 pub fn rows_key<L>(n: usize, rows: Option<&SubsetRows<L>>) -> Vec<usize> {
     match rows {
         None => vec![n],
@@ -447,7 +457,7 @@ mod tests {
     }
 
     /// Rows of the ranked ids are built once per size and kept while only the prompt's ids
-    /// change; each build has its own generation.
+    /// change; each build of them has its own generation, which a new prompt keeps.
     #[test]
     fn subset_rows_keep_the_ranked_rows_across_prompts() {
         let mut c = VocabChoice::ranked(None, None).with_prompt_ids(true);
@@ -470,10 +480,19 @@ mod tests {
         assert_eq!(b.generation, g, "same ids: nothing rebuilt");
         let b = refit(Some(b), &[9, 8], &mut built).unwrap();
         assert_eq!(b.prompt.as_deref(), Some(&[8, 9][..]));
-        assert_ne!(b.generation, g);
+        assert_eq!(b.generation, g, "new prompt rows, the same ranked rows");
         let b = refit(Some(b), &[2], &mut built).unwrap();
         assert!(b.prompt.is_none());
         assert_eq!(built, [vec![0, 1, 2], vec![7], vec![8, 9]]);
+        // new ranked rows: a new generation
+        c.set_size(DraftVocabSize::Top(2));
+        let b = SubsetRows::refit(Some(b), c.pick(10, &[]), |ids| {
+            Ok::<_, ()>(Some(ids.to_vec()))
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(&b.ranked[..], [0, 1]);
+        assert_ne!(b.generation, g);
         // other ranked ids whose weight has no rows to take: the whole head
         c.set_size(DraftVocabSize::Top(4));
         let none = SubsetRows::refit(Some(b), c.pick(10, &[]), |_| {

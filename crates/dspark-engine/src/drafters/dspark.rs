@@ -17,7 +17,7 @@ use crate::backend::{BResult, Backend, DType};
 use crate::constrain::Drafting;
 use crate::drafters::dflash::choose_one;
 use crate::drafters::draft_vocab::{
-    rows_key, subset_logits, DraftVocabSize, SubsetRows, VocabChoice,
+    join_prompt_logits, ranked_logits, rows_key, DraftVocabSize, SubsetRows, VocabChoice,
 };
 use crate::error::EngineError;
 use crate::model::gemma::GemmaSpec;
@@ -320,9 +320,10 @@ struct Parts<'a, B: Backend> {
 }
 
 impl<B: Backend> Parts<'_, B> {
-    /// The drafts' logits `[1, n, vocab]` (before the Markov bias) and their hidden rows: the
-    /// block `[pending, mask..]` through the backbone over its context, rows 0..n through the
-    /// head (its own, or the target's projection) and the drafter's softcap.
+    /// The drafts' logits over the draft vocabulary's ranked rows (before the prompt's rows,
+    /// the softcap and the Markov bias: [`Parts::join_prompt`]) and their hidden rows: the block
+    /// `[pending, mask..]` through the backbone over its context, rows 0..n through the head.
+    /// What a captured block step computes.
     fn draft_logits(
         &self,
         net: &mut KvInjectionNet<B>,
@@ -345,16 +346,42 @@ impl<B: Backend> Parts<'_, B> {
         };
         let h = net.block(&x)?;
         let rows = b.narrow(&h, 1, 0, n)?;
-        // a bound head is the target's whole projection, its own softcap included (as
-        // mlx-dspark binds `lm_head_proj`); the drafter's softcap follows either way
-        let mut logits = subset_logits(b, self.head_rows, |w| match self.lm_head {
-            Some(own) => b.draft_matmul(&rows, w.unwrap_or(own)),
-            None => target.draft_project(&rows, w),
-        })?;
-        if let Some(cap) = net.cfg.final_logit_softcapping {
-            logits = b.softcap(&logits, cap)?;
-        }
+        let logits = ranked_logits(self.head_rows, |w| self.project(target, &rows, w))?;
         Ok((logits, rows))
+    }
+
+    /// Draft rows `rows` through the head (its own, or the target's projection), over `w` (rows
+    /// of it) or the whole head.
+    fn project(
+        &self,
+        target: &Transformer<B>,
+        rows: &B::Tensor,
+        w: Option<&B::Linear>,
+    ) -> BResult<B::Tensor> {
+        // a bound head is the target's whole projection, its own softcap included (as
+        // mlx-dspark binds `lm_head_proj`)
+        match self.lm_head {
+            Some(own) => target.backend().draft_matmul(rows, w.unwrap_or(own)),
+            None => target.draft_project(rows, w),
+        }
+    }
+
+    /// [`Parts::draft_logits`]' ranked logits with the prompt's rows joined (outside a captured
+    /// step, which reads only the ranked rows), then the drafter's softcap.
+    fn join_prompt(
+        &self,
+        net: &KvInjectionNet<B>,
+        target: &Transformer<B>,
+        ranked: B::Tensor,
+        rows: &B::Tensor,
+    ) -> BResult<B::Tensor> {
+        let b = target.backend();
+        let logits =
+            join_prompt_logits(b, self.head_rows, ranked, |w| self.project(target, rows, w))?;
+        match net.cfg.final_logit_softcapping {
+            Some(cap) => b.softcap(&logits, cap),
+            None => Ok(logits),
+        }
     }
 }
 
@@ -414,11 +441,12 @@ impl<B: Backend> Drafter<B> for DSpark<B> {
             .net
             .block_step("dspark", &block, rows_key(n, parts.head_rows), &mut forward)?
             .into_iter();
-        let (Some(logits), Some(rows)) = (outs.next(), outs.next()) else {
+        let (Some(ranked), Some(rows)) = (outs.next(), outs.next()) else {
             return Err(EngineError::Invalid(
                 "the dspark block step gave no logits".into(),
             ));
         };
+        let logits = parts.join_prompt(&self.net, target, ranked, &rows)?;
         let (mut tokens, mut qs, prevs) = if plain_greedy(sampling) && b.device_argmax() {
             let (tokens, prevs) = self.greedy_on_device(b, &logits, n, pending)?;
             (tokens, Vec::new(), prevs)
