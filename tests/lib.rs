@@ -72,6 +72,21 @@ pub fn cuda_backend() -> CandleBackend {
     unreachable!("selected_backend() is Cuda only with the cuda feature")
 }
 
+/// A random Qwen3-form target spec over `vocab` ids whose heads (64 wide) the CUDA one-launch
+/// attention inputs take, so that its steps can be captured as CUDA graphs (the tiny specs'
+/// narrower heads run op by op).
+pub fn graph_capturable_spec(vocab: usize) -> dspark_engine::testing::RandomSpec {
+    dspark_engine::testing::RandomSpec {
+        hidden: 128,
+        intermediate: 256,
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 64,
+        layer_scale: 0.15,
+        ..dspark_engine::testing::RandomSpec::tiny(vocab)
+    }
+}
+
 /// The MLX backend of the suite: MLX's default device (Metal on Apple Silicon), f32.
 #[cfg(feature = "mlx")]
 pub fn mlx_backend() -> dspark_engine::backend::mlx::MlxBackend {

@@ -124,15 +124,7 @@ fn cuda_greedy_with_a_draft_vocabulary_equals_baseline() {
 fn cuda_a_new_prompt_replays_the_drafters_captured_steps() {
     use dspark_engine::backend::DType;
     const V: usize = 256;
-    let spec = RandomSpec {
-        hidden: 128,
-        intermediate: 256,
-        heads: 2,
-        kv_heads: 1,
-        head_dim: 64,
-        layer_scale: 0.15,
-        ..RandomSpec::tiny(V)
-    };
+    let spec = dspark_tests::graph_capturable_spec(V);
     let b = CandleBackend::cuda(0)
         .unwrap_or_else(|e| panic!("cuda:0: {e}"))
         .with_dtype(DType::BF16)

@@ -417,15 +417,7 @@ fn step_path_greedy_equals_baseline_on_the_cpu() {
 #[test]
 fn cuda_step_graphs_greedy_equals_baseline() {
     use dspark_engine::backend::DType;
-    let spec = RandomSpec {
-        hidden: 128,
-        intermediate: 256,
-        heads: 2,
-        kv_heads: 1,
-        head_dim: 64,
-        layer_scale: 0.15,
-        ..RandomSpec::tiny(256)
-    };
+    let spec = dspark_tests::graph_capturable_spec(256);
     for dtype in [DType::F32, DType::BF16] {
         let b = CandleBackend::cuda(0)
             .unwrap_or_else(|e| panic!("cuda:0: {e}"))
