@@ -5,7 +5,6 @@
 //! Prints a table and writes JSON.
 
 use std::path::PathBuf;
-use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -17,6 +16,7 @@ use dspark_engine::sampling::SamplingParams;
 use serde_json::json;
 
 mod forced;
+mod memory;
 mod oracle;
 mod prefix;
 mod prompts;
@@ -70,6 +70,11 @@ pub struct BenchArgs {
     /// sets, runs exactly the same ids; see scripts/bench/vs_llama_cpp.py).
     #[arg(long)]
     pub prompt_ids: Option<PathBuf>,
+    /// Start every prompt's runs (baseline and speculative) from new, empty KV caches, as a
+    /// request that misses the prefix cache does in `dspark serve`; without it the runs reuse
+    /// one cache, as a long session does (on a GPU, steps captured over it replay).
+    #[arg(long)]
+    pub fresh_cache: bool,
     /// Time the baseline only, even with a drafter configured.
     #[arg(long)]
     pub baseline_only: bool,
@@ -108,62 +113,6 @@ fn bench_sampling(a: &BenchArgs, i: usize) -> SamplingParams {
         seed: Some(a.seed.wrapping_add(i as u64)),
         ..SamplingParams::default()
     }
-}
-
-/// Host memory read bandwidth (GB/s): the best of 5 passes for each of 1, 2 and 4 streams per
-/// thread, reading a 512 MiB buffer with every core (wrapping u64 sums in 4 lanes, so the loop
-/// is bound by memory, not arithmetic). On the 2-core Xeon one stream per core read 19-23 GB/s,
-/// two 26 and four 28, and its decode GEMV reads 28 with paired columns: one stream alone
-/// understated the ceiling there.
-fn memory_bandwidth() -> f64 {
-    let n: usize = 64 << 20;
-    let buf: Vec<u64> = (0..n as u64).collect();
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let mut best = 0.0f64;
-    for streams in [1usize, 2, 4] {
-        for _ in 0..5 {
-            let t = Instant::now();
-            let total = std::thread::scope(|s| {
-                let chunk = n.div_ceil(threads);
-                let hs: Vec<_> = buf
-                    .chunks(chunk)
-                    .map(|c| {
-                        s.spawn(move || match streams {
-                            1 => read_streams::<1>(c),
-                            2 => read_streams::<2>(c),
-                            _ => read_streams::<4>(c),
-                        })
-                    })
-                    .collect();
-                hs.into_iter()
-                    .map(|h| h.join().unwrap_or(0))
-                    .fold(0u64, u64::wrapping_add)
-            });
-            std::hint::black_box(total);
-            best = best.max((n * 8) as f64 / t.elapsed().as_secs_f64() / 1e9);
-        }
-    }
-    best
-}
-
-/// Wrapping sum of `c`, read as `S` equal parts advanced together, 4 words of each at a time
-/// (the last `len % (4 · S)` words are left out).
-fn read_streams<const S: usize>(c: &[u64]) -> u64 {
-    let part = c.len() / S / 4 * 4;
-    let mut parts: [_; S] = std::array::from_fn(|p| c[p * part..(p + 1) * part].chunks_exact(4));
-    let mut acc = [0u64; 4];
-    for _ in 0..part / 4 {
-        for it in parts.iter_mut() {
-            if let Some(q) = it.next() {
-                for k in 0..4 {
-                    acc[k] = acc[k].wrapping_add(q[k]);
-                }
-            }
-        }
-    }
-    acc.iter().fold(0u64, |a, &b| a.wrapping_add(b))
 }
 
 struct Run {
@@ -337,6 +286,9 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
     // steps captured as device graphs during each phase (CUDA graphs; 0 elsewhere)
     let (mut captures_base, mut captures_spec) = (0u64, 0u64);
     for (i, p) in ids.iter().enumerate() {
+        if a.fresh_cache {
+            pipe.fresh_caches();
+        }
         let c0 = process_cpu_secs();
         let g0 = b.step_captures();
         let run_params = GenParams {
@@ -350,6 +302,9 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
         eprintln!("  prompt {i}: baseline {:.1} tok/s", rb.tokens_per_sec());
         base_ids.push(rb.tokens.clone());
         if spec_on {
+            if a.fresh_cache {
+                pipe.fresh_caches();
+            }
             let (c0, g0) = (process_cpu_secs(), b.step_captures());
             let rs = pipe.generate(p, &run_params, &mut Vec::new())?;
             cpu_spec += process_cpu_secs() - c0;
@@ -385,7 +340,7 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
         Some(mb) if mb > 0.0 => (mb * 1e6 * streamed as f64 / cfg.num_params() as f64) as usize,
         _ => streamed * dsize,
     };
-    let bw = a.mem_bandwidth_gbs.unwrap_or_else(memory_bandwidth);
+    let bw = a.mem_bandwidth_gbs.unwrap_or_else(memory::memory_bandwidth);
     let ceiling = bw * 1e9 / weight_bytes as f64;
     let mut out = json!({
         "model": path.display().to_string(),
@@ -396,6 +351,7 @@ fn run_on<B: LaunchBackend>(a: BenchArgs, ls: &LaunchSpec, b: B) -> Result<()> {
         "max_tokens": a.max_tokens,
         "keep_quantized": ls.keep_quantized,
         "matmul": ls.matmul.as_str(),
+        "fresh_cache": a.fresh_cache,
         "baseline": {"tok_s": base_tps, "decode_tok_s": base_decode_tps, "prefill_tok_s": prefill_tps,
                      "prompt_tokens": bs.prompt_tokens, "tokens": bs.tokens, "secs": bs.secs,
                      "ids": base_ids},

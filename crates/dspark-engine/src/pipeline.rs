@@ -162,6 +162,16 @@ impl<B: Backend> Pipeline<B> {
         Ok(self.with_text(r))
     }
 
+    /// Drops the target's and the drafter's KV caches for new, empty ones: the next generation
+    /// starts as a request that misses the prefix cache does in a server (new buffers, so a
+    /// device's captured steps over the old ones do not apply). For `dspark bench --fresh-cache`.
+    pub fn fresh_caches(&mut self) {
+        self.cache = self.target.model.new_cache();
+        if let Some(d) = self.drafter.as_mut() {
+            d.put_state(DrafterState::empty());
+        }
+    }
+
     /// Fills `text` from the tokens (special tokens skipped).
     fn with_text(&self, mut r: GenResult) -> GenResult {
         r.text = self
