@@ -25,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from lookup_walk import held_out_walks, walk_args, write_result  # noqa: E402
+from lookup_walk import DRAFTERS, held_out_walks, walk_args, write_result  # noqa: E402
 
 EOS = set(common.EOS_IDS)
 OPTS = [None, 2, 3, 4, 5, 7]
@@ -109,7 +109,7 @@ def main():
     result = {"about": __doc__.split("\n\n")[0], "prompts_per_set": a.prompts, "max_new": a.max_new,
               "row": a.row, "draft": a.draft, "sets": {}}
     for sname, recs in data.items():
-        for name in ("dflash8", "dspark"):
+        for name in DRAFTERS:
             row = {}
             for longest in (False, True):
                 pres = [prep(r, name, longest) for r in recs]

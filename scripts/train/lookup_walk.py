@@ -70,6 +70,10 @@ def tau(runs, resps, max_new, cap):
     return round(ev.mean_tau(runs, resps, max_new, cap), 3)
 
 
+# the shipped drafters each walk runs, as held_out_walks names their accept runs
+DRAFTERS = ("dflash8", "dspark")
+
+
 def held_out_walks(a):
     """Per held-out set (mtbench, humaneval): for each of its first `a.prompts` prompts, the
     chat ids, the target's greedy response of `a.max_new` tokens and each shipped drafter's
@@ -78,8 +82,8 @@ def held_out_walks(a):
     taps = common.Taps(model, common.TAPS)
     emb = common.embed_weight(model)
     d = os.path.join(ROOT, "assets", "drafters")
-    drafters = {"dflash8": ev.load_drafter(f"{d}/smollm2-135m-dflash-b16", emb.shape[1], "cpu", 8),
-                "dspark": ev.load_drafter(f"{d}/smollm2-135m-dspark-b7", emb.shape[1], "cpu")}
+    drafters = dict(zip(DRAFTERS, (ev.load_drafter(f"{d}/smollm2-135m-dflash-b16", emb.shape[1], "cpu", 8),
+                                   ev.load_drafter(f"{d}/smollm2-135m-dspark-b7", emb.shape[1], "cpu"))))
     mt = [json.loads(x)["turns"][0] for x in open(f"{a.artefacts}/mtbench/question.jsonl") if x.strip()]
     he = [json.loads(x)["prompt"] for x in gzip.open(f"{a.artefacts}/humaneval/HumanEval.jsonl.gz", "rt") if x.strip()]
     out = {}
@@ -124,13 +128,12 @@ def main():
     result = {"about": __doc__.split("\n\n")[0], "prompts_per_set": a.prompts, "max_new": a.max_new, "sets": {}}
     for sname, recs in held_out_walks(a).items():
         resps = [rec["resp"] for rec in recs]
-        names = ("dflash8", "dspark")
-        runs = {name: [rec[name] for rec in recs] for name in names}
+        runs = {name: [rec[name] for rec in recs] for name in DRAFTERS}
         lk = [lookup_runs(rec["prompt"] + rec["resp"], len(rec["prompt"]), max(CAPS)) for rec in recs]
         row = {"anchors_with_a_match": round(sum(h for x in lk for h, _ in x) / sum(len(x) for x in lk), 3)}
         for cap in CAPS:
             row[f"lookup_cap{cap}"] = tau([[n for _, n in x] for x in lk], resps, a.max_new, cap)
-            for name in names:
+            for name in DRAFTERS:
                 row[f"{name}_cap{cap}"] = tau(runs[name], resps, a.max_new, cap)
                 both = [[n if h else m_ for (h, n), m_ in zip(x, m)] for x, m in zip(lk, runs[name])]
                 row[f"{name}+lookup_cap{cap}"] = tau(both, resps, a.max_new, cap)
